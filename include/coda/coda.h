@@ -1,0 +1,337 @@
+/*
+ * CODA — Transformer-block ops rewritten as GEMM-epilogue programs (NVIDIA Hopper, sm_90a).
+ *
+ * The C ABI: the one surface that the PyTorch layer (through ctypes) and any other framework bind to.
+ *
+ * Conventions (every function below):
+ *   - Returns a coda_status. On failure nothing was launched and no output was written; the reason is in
+ *     coda_last_error() (thread-local, valid until the next CODA call on the same thread). The message names the
+ *     argument and the rule it broke.
+ *   - Tensors are described by coda_tensor (pointer, dtype, rank, sizes, strides in elements, device). Outputs are
+ *     allocated by the caller. Activations are [M, features] row-major, weights [out_features, in_features]
+ *     row-major (the nn.Linear layout). bf16 or fp16 data, fp32 accumulation and statistics.
+ *   - TMA rule: data pointers and leading-dimension strides of every 2-D tensor must be 16-byte aligned (for 16-bit
+ *     types: feature counts and row strides multiples of 8); the innermost stride must be 1 unless a function says
+ *     otherwise. M (rows) is free.
+ *   - Every tensor lives on the device of the stream's current CUDA device; `device` fields must agree.
+ *   - Ops that need scratch memory take (workspace, workspace_bytes); coda_<op>_workspace_size() gives the bytes
+ *     for a problem. Work is enqueued on `stream` (a cudaStream_t, NULL = legacy default stream); no host sync.
+ *   - Equations are numbered as in docs/MATH.md (F1-F6 forward, B1-B3 backward).
+ *   - Reductions are deterministic: same inputs, same bits.
+ */
+#ifndef CODA_CODA_H_
+#define CODA_CODA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define CODA_API __declspec(dllexport)
+#else
+#define CODA_API __attribute__((visibility("default")))
+#endif
+
+#define CODA_VERSION_MAJOR 0
+#define CODA_VERSION_MINOR 1
+#define CODA_VERSION_PATCH 0
+#define CODA_MAX_RANK 4
+
+/** Status codes. Values are fixed: they are part of the ABI. */
+typedef enum coda_status {
+  CODA_SUCCESS = 0,
+  CODA_ERROR_INVALID_ARGUMENT = 1, /**< null pointer, bad enum, bad scalar (eps <= 0, ...) */
+  CODA_ERROR_DTYPE = 2,            /**< dtype not accepted, or dtypes that must match do not */
+  CODA_ERROR_SHAPE = 3,            /**< wrong rank or sizes that do not agree */
+  CODA_ERROR_LAYOUT = 4,           /**< strides not supported (non-contiguous where contiguity is required) */
+  CODA_ERROR_MISALIGNED = 5,       /**< pointer or leading dimension not 16-byte aligned (TMA) */
+  CODA_ERROR_DEVICE = 6,           /**< tensor not on the current CUDA device, or on the host */
+  CODA_ERROR_ALIASING = 7,         /**< outputs overlap each other or an input where the op forbids it */
+  CODA_ERROR_WORKSPACE = 8,        /**< workspace missing, too small or misaligned */
+  CODA_ERROR_ARCH = 9,             /**< no CUDA device, or the device is not sm_90 (Hopper) */
+  CODA_ERROR_NOT_IMPLEMENTED = 10, /**< op declared but its kernel does not exist yet in this build */
+  CODA_ERROR_CUDA = 11,            /**< a CUDA runtime / cuBLAS call failed (message has the CUDA error) */
+  CODA_ERROR_INTERNAL = 12         /**< a CODA bug: please report with the message */
+} coda_status;
+
+/** Element types. Values are fixed (ABI). */
+typedef enum coda_dtype {
+  CODA_BF16 = 0,
+  CODA_FP16 = 1,
+  CODA_FP32 = 2,
+  CODA_INT32 = 3,
+  CODA_INT64 = 4
+} coda_dtype;
+
+/** Reduction of a per-row loss. Values are fixed (ABI). */
+typedef enum coda_reduction {
+  CODA_REDUCTION_NONE = 0, /**< loss is [M] */
+  CODA_REDUCTION_MEAN = 1, /**< loss is [] : sum over non-ignored rows / number of non-ignored rows (0 if none) */
+  CODA_REDUCTION_SUM = 2   /**< loss is [] : sum over rows */
+} coda_reduction;
+
+/**
+ * A strided tensor. `sizes[i]` and `strides[i]` (in elements, not bytes) for i < rank; entries past rank are
+ * ignored. rank 0 is a scalar. `device` is the CUDA device ordinal, or -1 for host memory (never accepted by
+ * kernels; the float64 reference functions take host tensors).
+ */
+typedef struct coda_tensor {
+  void* data;
+  coda_dtype dtype;
+  int32_t rank;
+  int64_t sizes[CODA_MAX_RANK];
+  int64_t strides[CODA_MAX_RANK];
+  int32_t device;
+} coda_tensor;
+
+/** Options of the cross-entropy ops (F6). Zero-initialised = plain mean cross-entropy, ignore_index -100. */
+typedef struct coda_ce_options {
+  int64_t ignore_index;    /**< rows whose target equals this get loss 0 and gradient 0 (any value) */
+  coda_reduction reduction;
+  float label_smoothing;   /**< eps_ls in [0, 1] */
+  float z_loss;            /**< lambda >= 0: adds lambda * lse^2 per row */
+  float softcap;           /**< c > 0: logits <- c * tanh(logits / c) before the softmax; 0 = off */
+} coda_ce_options;
+
+/** coda_ce_options with PyTorch's defaults: ignore_index -100, mean, no smoothing, no z-loss, no softcap. */
+CODA_API coda_ce_options coda_ce_options_default(void);
+
+/* ------------------------------------------------------------------------------------------------------------- */
+/* Library and device                                                                                            */
+/* ------------------------------------------------------------------------------------------------------------- */
+
+/** The message of the last failed CODA call on this thread ("" if none). Never NULL. */
+CODA_API const char* coda_last_error(void);
+/** A fixed name for a status code, e.g. "CODA_ERROR_SHAPE". */
+CODA_API const char* coda_status_string(coda_status status);
+/** Library version as major*10000 + minor*100 + patch. */
+CODA_API int coda_version(void);
+/** Size in bytes of one element of `dtype` (0 for an unknown value). */
+CODA_API size_t coda_dtype_size(coda_dtype dtype);
+
+/**
+ * Whether `device` (CUDA ordinal, or -1 for the current device) can run CODA kernels.
+ * On success *supported is 1 for compute capability 9.0 (H100/H200) and 0 otherwise, and *major / *minor (may be
+ * NULL) receive the capability. Returns CODA_ERROR_ARCH (with the reason) when no CUDA device or driver exists;
+ * then *supported is 0.
+ */
+CODA_API coda_status coda_device_supported(int device, int* supported, int* major, int* minor);
+
+/* ------------------------------------------------------------------------------------------------------------- */
+/* Forward ops                                                                                                   */
+/* ------------------------------------------------------------------------------------------------------------- */
+
+/**
+ * F1: out-projection / down-projection with the residual add and the first half of the next RMSNorm.
+ *   x = a w^T + residual            (x_out: the new residual stream)
+ *   h = x * gamma                   (h_out: input of the next GEMM, not yet normalised)
+ *   rstd[m] = 1 / sqrt(mean_n x[m,n]^2 + eps)   (from per-tile partial sums of squares, finished deterministically)
+ * \param a         [M,K] bf16|fp16, row-major.
+ * \param w         [N,K] same dtype, row-major (nn.Linear weight).
+ * \param residual  [M,N] same dtype. May alias x_out (in-place residual update); must not alias h_out.
+ * \param gamma     [N] same dtype, contiguous.
+ * \param eps       > 0.
+ * \param x_out     [M,N] same dtype.  \param h_out [M,N] same dtype.  \param rstd_out [M] fp32, contiguous.
+ * Workspace: coda_linear_residual_rmsnorm_workspace_size(M, N) bytes (the partials).
+ */
+CODA_API coda_status coda_linear_residual_rmsnorm(const coda_tensor* a, const coda_tensor* w,
+                                                  const coda_tensor* residual, const coda_tensor* gamma, float eps,
+                                                  coda_tensor* x_out, coda_tensor* h_out, coda_tensor* rstd_out,
+                                                  void* workspace, size_t workspace_bytes, void* stream);
+CODA_API size_t coda_linear_residual_rmsnorm_workspace_size(int64_t M, int64_t N);
+
+/**
+ * Final reduce of F1 (also usable on its own): rstd[m] = 1 / sqrt(sum_t partials[t,m] / n_features + eps).
+ * \param partials   [T,M] fp32, unit stride along M, row stride >= M (per-(row, N-tile) sums of squares).
+ * \param n_features the row length N the squares were summed over (> 0).  \param eps > 0.
+ * \param rstd_out   [M] fp32, contiguous. Must not overlap partials.
+ */
+CODA_API coda_status coda_rmsnorm_rstd(const coda_tensor* partials, int64_t n_features, float eps,
+                                       coda_tensor* rstd_out, void* stream);
+
+/**
+ * First-layer norm preparation (no GEMM precedes the first norm):
+ *   rstd[m] = 1 / sqrt(mean_n x[m,n]^2 + eps),  h = x * gamma.
+ * \param x [M,N] bf16|fp16 row-major (e.g. embeddings). \param gamma [N] same dtype. \param eps > 0.
+ * \param h_out [M,N] same dtype (must not overlap x). \param rstd_out [M] fp32.
+ */
+CODA_API coda_status coda_rmsnorm_prepare(const coda_tensor* x, const coda_tensor* gamma, float eps,
+                                          coda_tensor* h_out, coda_tensor* rstd_out, void* stream);
+
+/**
+ * F2: y = diag(rstd) (h w^T) — the second half of RMSNorm-then-linear.
+ * \param h [M,K] bf16|fp16 row-major. \param w [N,K] same dtype. \param rstd [M] fp32.
+ * \param y_out [M,N] same dtype.
+ */
+CODA_API coda_status coda_linear_rowscale(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
+                                          coda_tensor* y_out, void* workspace, size_t workspace_bytes,
+                                          void* stream);
+CODA_API size_t coda_linear_rowscale_workspace_size(int64_t M, int64_t N);
+
+/**
+ * F3: gate/up projection with SwiGLU, weights interleaved (rows g0,u0,g1,u1,...; coda_interleave_gate_up).
+ *   z = diag(rstd) (h w_gu^T)   [M,2F] (saved for backward)
+ *   y[m,i] = silu(z[m,2i]) * z[m,2i+1]   [M,F]
+ * \param h [M,K] bf16|fp16. \param w_gu [2F,K] same dtype, interleaved. \param rstd [M] fp32.
+ * \param z_out [M,2F] same dtype. \param y_out [M,F] same dtype (F multiple of 8).
+ */
+CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const coda_tensor* w_gu,
+                                                 const coda_tensor* rstd, coda_tensor* z_out, coda_tensor* y_out,
+                                                 void* workspace, size_t workspace_bytes, void* stream);
+CODA_API size_t coda_linear_rowscale_swiglu_workspace_size(int64_t M, int64_t N);
+
+/**
+ * F4: q/k/v projection with RoPE. Columns of w_qkv are [q heads | k heads | v heads], each head_dim wide, q and k
+ * rows paired per head (coda_pair_rope_rows). For q and k, pair i of a head at row m, theta = pos[m]*inv_freq[i]:
+ *   out[2i] = z[2i] cos(theta) - z[2i+1] sin(theta);  out[2i+1] = z[2i+1] cos(theta) + z[2i] sin(theta)
+ * with z = diag(rstd) (h w_qkv^T); v passes through.
+ * \param h [M,K] bf16|fp16. \param w_qkv [(Hq+2*Hkv)*head_dim, K] same dtype. \param rstd [M] fp32.
+ * \param positions [M] int32 (any values >= 0, e.g. packed sequences). \param inv_freq [head_dim/2] fp32.
+ * \param n_q_heads >= 1; \param n_kv_heads >= 1, divides n_q_heads; \param head_dim 64 or 128.
+ * \param qkv_out [M,(Hq+2*Hkv)*head_dim] same dtype.
+ */
+CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_tensor* w_qkv,
+                                               const coda_tensor* rstd, const coda_tensor* positions,
+                                               const coda_tensor* inv_freq, int32_t n_q_heads, int32_t n_kv_heads,
+                                               int32_t head_dim, coda_tensor* qkv_out, void* workspace,
+                                               size_t workspace_bytes, void* stream);
+CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N);
+
+/**
+ * F5: LM head logits with their log-sum-exp, without needing the logits stored.
+ *   l = diag(rstd) (h w^T) [M,V], optionally l <- softcap * tanh(l / softcap);
+ *   lse[m] = log sum_j exp(l[m,j]);  target_logit[m] = l[m, targets[m]] (0 for rows whose target is
+ *   ignore_index).
+ * \param h [M,K] bf16|fp16. \param w [V,K] same dtype. \param rstd [M] fp32.
+ * \param targets [M] int32|int64; values in [0,V) or ignore_index.
+ * \param softcap >= 0 (0 = off). \param ignore_index any value.
+ * \param lse_out [M] fp32. \param target_logit_out [M] fp32.
+ * \param logits_out NULL, or [M,V] same dtype as h to also store the logits.
+ */
+CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
+                                              const coda_tensor* targets, float softcap, int64_t ignore_index,
+                                              coda_tensor* lse_out, coda_tensor* target_logit_out,
+                                              coda_tensor* logits_out, void* workspace, size_t workspace_bytes,
+                                              void* stream);
+CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V);
+
+/**
+ * F6: cross-entropy over stored logits, with its gradient and the row dot for the norm backward.
+ *   loss[m] = (1-ls)(lse - l_t) + ls (lse - mean_j l_j) + z_loss * lse^2 (0 for ignored rows), reduced per
+ *   options->reduction; dlogits[m,j] = g_m (p_j - (1-ls)[j=t] - ls/V + 2 z_loss lse p_j) (* (1 - tanh^2) under
+ *   softcap), 0 for ignored rows; zdz[m] = (1/hidden_size) sum_j l[m,j] dlogits[m,j] (l before softcap).
+ * \param logits [M,V] bf16|fp16 row-major (raw, before softcap). \param targets [M] int32|int64.
+ * \param options NULL for coda_ce_options_default().
+ * \param grad_loss NULL (upstream gradient 1), a [] fp32 scalar (mean/sum), or [M] fp32 (reduction none).
+ *        g_m = grad_loss / (number of non-ignored rows) for mean, grad_loss for sum, grad_loss[m] for none.
+ * \param hidden_size d of the zdz scale (> 0); ignored when zdz_out is NULL.
+ * \param loss_out [] fp32 for mean/sum, [M] fp32 for none.
+ * \param dlogits_out NULL (loss only), or [M,V] same dtype as logits; may alias logits exactly (in place).
+ * \param zdz_out NULL or [M] fp32 (requires dlogits_out).
+ */
+CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_tensor* targets,
+                                        const coda_ce_options* options, const coda_tensor* grad_loss,
+                                        int64_t hidden_size, coda_tensor* loss_out, coda_tensor* dlogits_out,
+                                        coda_tensor* zdz_out, void* workspace, size_t workspace_bytes,
+                                        void* stream);
+CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V);
+
+/* ------------------------------------------------------------------------------------------------------------- */
+/* Backward ops                                                                                                  */
+/* ------------------------------------------------------------------------------------------------------------- */
+
+/**
+ * B1: RoPE backward with the row dot: dz = R(-theta) dqkv per q/k pair (v passes through), and
+ *   zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j]   (R is orthogonal, so pre-RoPE z is never needed).
+ * \param qkv [M,W] bf16|fp16 (rotated, as saved by F4). \param dqkv [M,W] same dtype.
+ * \param positions, inv_freq, n_q_heads, n_kv_heads, head_dim: as in coda_linear_rowscale_rope.
+ * \param hidden_size d (> 0). \param dz_out [M,W] same dtype; may alias dqkv exactly (in place).
+ * \param zdz_out [M] fp32.
+ */
+CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor* dqkv,
+                                       const coda_tensor* positions, const coda_tensor* inv_freq,
+                                       int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
+                                       int64_t hidden_size, coda_tensor* dz_out, coda_tensor* zdz_out,
+                                       void* stream);
+
+/**
+ * B2: dgrad of a linear whose input was a = rstd * x * gamma, fused with the RMSNorm backward.
+ *   D = alpha * dz w;  c = x * rstd;
+ *   dx = dx_in + rstd * (D * gamma - c * zdz)   (dx_in = 0 when NULL)
+ *   a  = c * gamma                              (recomputed normalised input, for dW = dz^T a)
+ *   dgamma[n] = sum_m D[m,n] c[m,n]             (per-tile partials, finished deterministically)
+ * \param dz [M,N'] bf16|fp16. \param w [N',N] same dtype. \param x [M,N]. \param gamma [N]. \param rstd [M] fp32.
+ * \param zdz [M] fp32. \param dx_in NULL or [M,N] same dtype. \param alpha scale of the GEMM (1 normally).
+ * \param dx_out [M,N]; may alias dx_in exactly (in-place accumulation), must not alias x or a_out.
+ * \param a_out [M,N] same dtype. \param dgamma_out [N] fp32.
+ */
+CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, const coda_tensor* w,
+                                                      const coda_tensor* x, const coda_tensor* gamma,
+                                                      const coda_tensor* rstd, const coda_tensor* zdz,
+                                                      const coda_tensor* dx_in, float alpha, coda_tensor* dx_out,
+                                                      coda_tensor* a_out, coda_tensor* dgamma_out, void* workspace,
+                                                      size_t workspace_bytes, void* stream);
+CODA_API size_t coda_linear_residual_rmsnorm_bwd_workspace_size(int64_t M, int64_t N);
+
+/**
+ * B3: dgrad of the down-projection fused with the SwiGLU backward.
+ *   dy = dx w_down [M,F]; per pair (g,u) = (z[2i], z[2i+1]), s = sigmoid(g):
+ *   dz[2i] = dy u s (1 + g (1-s)),  dz[2i+1] = dy silu(g),  y = silu(g) u,
+ *   zdz[m] = (1/d) sum_i (g dz[2i] + u dz[2i+1])  with d = dx.sizes[1].
+ * \param dx [M,d] bf16|fp16. \param w_down [d,F] same dtype. \param z [M,2F] same dtype (interleaved, from F3).
+ * \param dz_out [M,2F]. \param y_out [M,F]. \param zdz_out [M] fp32.
+ */
+CODA_API coda_status coda_linear_swiglu_bwd_zdz(const coda_tensor* dx, const coda_tensor* w_down,
+                                                const coda_tensor* z, coda_tensor* dz_out, coda_tensor* y_out,
+                                                coda_tensor* zdz_out, void* workspace, size_t workspace_bytes,
+                                                void* stream);
+CODA_API size_t coda_linear_swiglu_bwd_zdz_workspace_size(int64_t M, int64_t N);
+
+/* ------------------------------------------------------------------------------------------------------------- */
+/* Plain GEMM                                                                                                    */
+/* ------------------------------------------------------------------------------------------------------------- */
+
+/**
+ * d = alpha * a b^T (+ d when accumulate != 0), fp32 accumulation.
+ * \param a [M,K] bf16|fp16, row-major (strides [lda,1]) or column-major (strides [1,lda]) — a transposed view such
+ *          as dz^T for the weight gradient dW = dz^T a is passed as-is.
+ * \param b [N,K] same dtype, row-major (nn.Linear weight) or column-major (e.g. w^T for the dgrad dz w).
+ * \param d [M,N] bf16|fp16|fp32, row-major; must not overlap a or b.
+ * \param alpha scale. \param accumulate 0: overwrite d; 1: d += alpha a b^T (fp32 d for split weight gradients).
+ * Leading dimensions must be multiples of 8 elements (16 bytes for 16-bit types), pointers 16-byte aligned.
+ */
+CODA_API coda_status coda_gemm(const coda_tensor* a, const coda_tensor* b, coda_tensor* d, float alpha,
+                               int accumulate, void* workspace, size_t workspace_bytes, void* stream);
+CODA_API size_t coda_gemm_workspace_size(int64_t M, int64_t N, int64_t K);
+
+/* ------------------------------------------------------------------------------------------------------------- */
+/* Weight layout helpers (pure row permutations, done once at load/save time)                                    */
+/* ------------------------------------------------------------------------------------------------------------- */
+
+/**
+ * Stacked gate/up [W_gate; W_up] ([2F,K]) -> interleaved (row 2i <- gate i, row 2i+1 <- up i).
+ * \param w_stacked [2F,K] bf16|fp16|fp32, contiguous. \param w_out [2F,K] same dtype, contiguous, must not overlap.
+ */
+CODA_API coda_status coda_interleave_gate_up(const coda_tensor* w_stacked, coda_tensor* w_out, void* stream);
+/** Inverse of coda_interleave_gate_up. */
+CODA_API coda_status coda_deinterleave_gate_up(const coda_tensor* w_interleaved, coda_tensor* w_out,
+                                               void* stream);
+/**
+ * Rotate-half (HF/NeoX) q or k rows -> pairs adjacent, per head: new row 2i <- old i, new row 2i+1 <- old i+hd/2.
+ * \param w [H*head_dim, K] (or [H*head_dim] for a bias) bf16|fp16|fp32, contiguous. \param head_dim even, >= 2.
+ * \param w_out same shape and dtype, contiguous, must not overlap w.
+ */
+CODA_API coda_status coda_pair_rope_rows(const coda_tensor* w, int32_t head_dim, coda_tensor* w_out,
+                                         void* stream);
+/** Inverse of coda_pair_rope_rows. */
+CODA_API coda_status coda_unpair_rope_rows(const coda_tensor* w, int32_t head_dim, coda_tensor* w_out,
+                                           void* stream);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // CODA_CODA_H_

@@ -1,0 +1,85 @@
+#include "api/checks.hpp"
+
+#include <cmath>
+
+namespace coda::api {
+
+using detail::fail;
+
+LinearShape check_linear(Arg a, Arg w) {
+  require_tensor(a);
+  require_tensor(w);
+  require_rank(a, 2);
+  require_rank(w, 2);
+  require_dtype(a, {CODA_BF16, CODA_FP16});
+  require_same_dtype(w, a);
+  require_size(w, 1, a.size(1), "K", (std::string(a.name) + ".sizes[1]").c_str());
+  if (a.size(1) == 0) fail(CODA_ERROR_SHAPE, a.name, ": K (sizes[1]) must be > 0");
+  if (w.size(0) == 0) fail(CODA_ERROR_SHAPE, w.name, ": N (sizes[0]) must be > 0");
+  require_row_major(a);
+  require_row_major(w);
+  require_tma_aligned(a, true);
+  require_tma_aligned(w, true);
+  return {a.size(0), w.size(0), a.size(1)};
+}
+
+void check_activation(Arg t, Arg like, int64_t rows, int64_t cols, char const* rows_what, char const* cols_what) {
+  require_tensor(t);
+  require_rank(t, 2);
+  require_same_dtype(t, like);
+  require_size(t, 0, rows, rows_what, like.name);
+  require_size(t, 1, cols, cols_what, "the op's shape");
+  require_row_major(t);
+  require_tma_aligned(t, true);
+}
+
+void check_vector(Arg t, int64_t n, std::initializer_list<coda_dtype> dtypes, char const* what,
+                  char const* source) {
+  require_tensor(t);
+  require_rank(t, 1);
+  require_dtype(t, dtypes);
+  require_size(t, 0, n, what, source);
+  require_contiguous(t);
+}
+
+void check_disjoint(std::initializer_list<Arg> outs, std::initializer_list<Arg> ins) {
+  for (auto i = outs.begin(); i != outs.end(); ++i) {
+    for (auto j = i + 1; j != outs.end(); ++j) require_no_overlap(*i, *j);
+    for (Arg const& in : ins) require_no_overlap(*i, in);
+  }
+}
+
+void check_eps(float eps) {
+  if (!(eps > 0.0f) || !std::isfinite(eps)) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, "eps: must be finite and > 0, got ", eps);
+  }
+}
+
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+size_t row_partials_bytes(int64_t M, int64_t N) {
+  if (M <= 0 || N <= 0) return 0;
+  size_t const tiles = static_cast<size_t>((N + 127) / 128);
+  size_t const m_pad = static_cast<size_t>((M + 255) / 256 * 256);
+  return round_up_256(tiles * m_pad * sizeof(float));
+}
+
+// Shared by F4 and B1: head counts, head_dim, positions [M] int32 and inv_freq [head_dim/2] fp32; returns the
+// qkv width (Hq + 2 Hkv) * head_dim.
+int64_t check_rope_args(Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
+                        int64_t M) {
+  if (head_dim != 64 && head_dim != 128) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, "head_dim: must be 64 or 128, got ", head_dim);
+  }
+  if (n_q_heads < 1) fail(CODA_ERROR_INVALID_ARGUMENT, "n_q_heads: must be >= 1, got ", n_q_heads);
+  if (n_kv_heads < 1) fail(CODA_ERROR_INVALID_ARGUMENT, "n_kv_heads: must be >= 1, got ", n_kv_heads);
+  if (n_q_heads % n_kv_heads != 0) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, "n_kv_heads: must divide n_q_heads (GQA), got n_q_heads = ", n_q_heads,
+         ", n_kv_heads = ", n_kv_heads);
+  }
+  check_vector(positions, M, {CODA_INT32}, "M", "the row count");
+  check_vector(inv_freq, head_dim / 2, {CODA_FP32}, "head_dim/2", "head_dim");
+  return (static_cast<int64_t>(n_q_heads) + 2 * static_cast<int64_t>(n_kv_heads)) * head_dim;
+}
+
+}  // namespace coda::api

@@ -1,0 +1,32 @@
+// Composite argument checks shared by the op entry points (built from validate.hpp's single rules).
+#pragma once
+
+#include "api/validate.hpp"
+
+namespace coda::api {
+
+struct LinearShape {
+  int64_t M, N, K;
+};
+
+/// `a` [M,K] bf16|fp16 row-major and `w` [N,K] same dtype row-major, both TMA-aligned, K > 0 and N > 0.
+LinearShape check_linear(Arg a, Arg w);
+/// A [rows, cols] activation output or input of the same dtype as `like`, row-major, TMA-aligned.
+void check_activation(Arg t, Arg like, int64_t rows, int64_t cols, char const* rows_what, char const* cols_what);
+/// A contiguous rank-1 vector of `n` elements of one of `dtypes`.
+void check_vector(Arg t, int64_t n, std::initializer_list<coda_dtype> dtypes, char const* what, char const* source);
+/// Every pair in `outs` disjoint, and every output disjoint from every input.
+void check_disjoint(std::initializer_list<Arg> outs, std::initializer_list<Arg> ins);
+/// RoPE arguments shared by F4 and B1: head_dim 64|128, head counts (n_kv_heads divides n_q_heads), positions [M]
+/// int32, inv_freq [head_dim/2] fp32. Returns the qkv width (n_q_heads + 2 n_kv_heads) * head_dim.
+int64_t check_rope_args(Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
+                        int64_t M);
+/// eps > 0 and finite.
+void check_eps(float eps);
+
+/// Bytes of a per-(row, N-tile) fp32 partials buffer, an upper bound over the tile configs (N tile >= 128, M
+/// padded to 256), rounded up to 256 bytes.
+size_t row_partials_bytes(int64_t M, int64_t N);
+size_t round_up_256(size_t bytes);
+
+}  // namespace coda::api

@@ -1,0 +1,259 @@
+// C ABI entry points of the forward ops (coda.h F1-F6): validation, then dispatch to the kernels.
+#include <coda/coda.h>
+
+#include <cmath>
+
+#include "api/checks.hpp"
+#include "api/guard.hpp"
+
+using coda::api::Arg;
+using coda::api::guarded;
+using coda::detail::fail;
+namespace api = coda::api;
+
+namespace {
+
+// F2-F5 share the "h [M,K] x w [N,K] scaled by rstd [M]" inputs.
+api::LinearShape check_rowscale_inputs(Arg h, Arg w, Arg rstd) {
+  api::LinearShape const s = api::check_linear(h, w);
+  api::check_vector(rstd, s.M, {CODA_FP32}, "M", "h.sizes[0]");
+  return s;
+}
+
+}  // namespace
+
+extern "C" {
+
+CODA_API size_t coda_linear_residual_rmsnorm_workspace_size(int64_t M, int64_t N) {
+  return api::row_partials_bytes(M, N);
+}
+
+CODA_API coda_status coda_linear_residual_rmsnorm(const coda_tensor* a, const coda_tensor* w,
+                                                  const coda_tensor* residual, const coda_tensor* gamma, float eps,
+                                                  coda_tensor* x_out, coda_tensor* h_out, coda_tensor* rstd_out,
+                                                  void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded("coda_linear_residual_rmsnorm", [&] {
+    Arg const A{a, "a"}, W{w, "w"}, R{residual, "residual"}, G{gamma, "gamma"};
+    Arg const X{x_out, "x_out"}, H{h_out, "h_out"}, S{rstd_out, "rstd_out"};
+    api::LinearShape const s = api::check_linear(A, W);
+    api::check_activation(R, A, s.M, s.N, "M", "N");
+    api::check_vector(G, s.N, {A.dtype()}, "N", "w.sizes[0]");
+    api::check_eps(eps);
+    api::check_activation(X, A, s.M, s.N, "M", "N");
+    api::check_activation(H, A, s.M, s.N, "M", "N");
+    api::check_vector(S, s.M, {CODA_FP32}, "M", "a.sizes[0]");
+    api::require_same_or_disjoint(X, R);  // the residual stream may be updated in place
+    api::check_disjoint({X}, {A, W, G});
+    api::check_disjoint({H, S}, {A, W, R, G, X});
+    api::require_workspace("coda_linear_residual_rmsnorm", workspace, workspace_bytes,
+                           coda_linear_residual_rmsnorm_workspace_size(s.M, s.N));
+    api::require_same_device({A, W, R, G, X, H, S});
+    api::not_implemented("coda_linear_residual_rmsnorm", "issue 4: forward fused kernels");
+  });
+}
+
+CODA_API coda_status coda_rmsnorm_rstd(const coda_tensor* partials, int64_t n_features, float eps,
+                                       coda_tensor* rstd_out, void* stream) {
+  return guarded("coda_rmsnorm_rstd", [&] {
+    Arg const P{partials, "partials"}, S{rstd_out, "rstd_out"};
+    api::require_tensor(P);
+    api::require_rank(P, 2);
+    api::require_dtype(P, {CODA_FP32});
+    if (P.size(0) == 0) fail(CODA_ERROR_SHAPE, "partials: needs at least one tile row (sizes[0] > 0)");
+    if (P.size(1) > 1 && P.stride(1) != 1) {
+      fail(CODA_ERROR_LAYOUT, "partials: must have unit stride along M (strides[1] == 1), got ", P.stride(1));
+    }
+    if (P.size(0) > 1 && P.stride(0) < P.size(1)) {
+      fail(CODA_ERROR_LAYOUT, "partials: row stride ", P.stride(0), " is smaller than M = ", P.size(1));
+    }
+    if (n_features <= 0) fail(CODA_ERROR_INVALID_ARGUMENT, "n_features: must be > 0, got ", n_features);
+    api::check_eps(eps);
+    api::check_vector(S, P.size(1), {CODA_FP32}, "M", "partials.sizes[1]");
+    api::check_disjoint({S}, {P});
+    api::require_same_device({P, S});
+    api::not_implemented("coda_rmsnorm_rstd", "issue 4: forward fused kernels");
+  });
+}
+
+CODA_API coda_status coda_rmsnorm_prepare(const coda_tensor* x, const coda_tensor* gamma, float eps,
+                                          coda_tensor* h_out, coda_tensor* rstd_out, void* stream) {
+  return guarded("coda_rmsnorm_prepare", [&] {
+    Arg const X{x, "x"}, G{gamma, "gamma"}, H{h_out, "h_out"}, S{rstd_out, "rstd_out"};
+    api::require_tensor(X);
+    api::require_rank(X, 2);
+    api::require_dtype(X, {CODA_BF16, CODA_FP16});
+    api::require_row_major(X);
+    api::require_tma_aligned(X, true);
+    if (X.size(1) == 0) fail(CODA_ERROR_SHAPE, "x: N (sizes[1]) must be > 0");
+    api::check_vector(G, X.size(1), {X.dtype()}, "N", "x.sizes[1]");
+    api::check_eps(eps);
+    api::check_activation(H, X, X.size(0), X.size(1), "M", "N");
+    api::check_vector(S, X.size(0), {CODA_FP32}, "M", "x.sizes[0]");
+    api::check_disjoint({H, S}, {X, G});
+    api::require_same_device({X, G, H, S});
+    api::not_implemented("coda_rmsnorm_prepare", "issue 4: forward fused kernels");
+  });
+}
+
+CODA_API size_t coda_linear_rowscale_workspace_size(int64_t M, int64_t N) { return 0; }
+
+CODA_API coda_status coda_linear_rowscale(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
+                                          coda_tensor* y_out, void* workspace, size_t workspace_bytes,
+                                          void* stream) {
+  return guarded("coda_linear_rowscale", [&] {
+    Arg const Hh{h, "h"}, W{w, "w"}, S{rstd, "rstd"}, Y{y_out, "y_out"};
+    api::LinearShape const s = check_rowscale_inputs(Hh, W, S);
+    api::check_activation(Y, Hh, s.M, s.N, "M", "N");
+    api::check_disjoint({Y}, {Hh, W, S});
+    api::require_workspace("coda_linear_rowscale", workspace, workspace_bytes,
+                           coda_linear_rowscale_workspace_size(s.M, s.N));
+    api::require_same_device({Hh, W, S, Y});
+    api::not_implemented("coda_linear_rowscale", "issue 4: forward fused kernels");
+  });
+}
+
+CODA_API size_t coda_linear_rowscale_swiglu_workspace_size(int64_t M, int64_t N) { return 0; }
+
+CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const coda_tensor* w_gu,
+                                                 const coda_tensor* rstd, coda_tensor* z_out, coda_tensor* y_out,
+                                                 void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded("coda_linear_rowscale_swiglu", [&] {
+    Arg const Hh{h, "h"}, W{w_gu, "w_gu"}, S{rstd, "rstd"}, Z{z_out, "z_out"}, Y{y_out, "y_out"};
+    api::LinearShape const s = check_rowscale_inputs(Hh, W, S);
+    if (s.N % 16 != 0) {
+      fail(CODA_ERROR_SHAPE, "w_gu: sizes[0] = 2F = ", s.N,
+           " must be a multiple of 16 (interleaved gate/up pairs, and y = [M,F] needs F a multiple of 8)");
+    }
+    api::check_activation(Z, Hh, s.M, s.N, "M", "2F");
+    api::check_activation(Y, Hh, s.M, s.N / 2, "M", "F");
+    api::check_disjoint({Z, Y}, {Hh, W, S});
+    api::require_workspace("coda_linear_rowscale_swiglu", workspace, workspace_bytes,
+                           coda_linear_rowscale_swiglu_workspace_size(s.M, s.N));
+    api::require_same_device({Hh, W, S, Z, Y});
+    api::not_implemented("coda_linear_rowscale_swiglu", "issue 4: forward fused kernels");
+  });
+}
+
+CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N) { return 0; }
+
+CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_tensor* w_qkv,
+                                               const coda_tensor* rstd, const coda_tensor* positions,
+                                               const coda_tensor* inv_freq, int32_t n_q_heads, int32_t n_kv_heads,
+                                               int32_t head_dim, coda_tensor* qkv_out, void* workspace,
+                                               size_t workspace_bytes, void* stream) {
+  return guarded("coda_linear_rowscale_rope", [&] {
+    Arg const Hh{h, "h"}, W{w_qkv, "w_qkv"}, S{rstd, "rstd"}, P{positions, "positions"}, F{inv_freq, "inv_freq"};
+    Arg const Q{qkv_out, "qkv_out"};
+    api::LinearShape const s = check_rowscale_inputs(Hh, W, S);
+    int64_t const width = api::check_rope_args(P, F, n_q_heads, n_kv_heads, head_dim, s.M);
+    api::require_size(W, 0, width, "(n_q_heads + 2*n_kv_heads)*head_dim", "the head counts");
+    api::check_activation(Q, Hh, s.M, s.N, "M", "qkv width");
+    api::check_disjoint({Q}, {Hh, W, S, P, F});
+    api::require_workspace("coda_linear_rowscale_rope", workspace, workspace_bytes,
+                           coda_linear_rowscale_rope_workspace_size(s.M, s.N));
+    api::require_same_device({Hh, W, S, P, F, Q});
+    api::not_implemented("coda_linear_rowscale_rope", "issue 4: forward fused kernels");
+  });
+}
+
+CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V) {
+  // Per-(row, N-tile) (max, sum-exp) states and target logits: three fp32 partial buffers.
+  return 3 * api::row_partials_bytes(M, V);
+}
+
+CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
+                                              const coda_tensor* targets, float softcap, int64_t ignore_index,
+                                              coda_tensor* lse_out, coda_tensor* target_logit_out,
+                                              coda_tensor* logits_out, void* workspace, size_t workspace_bytes,
+                                              void* stream) {
+  return guarded("coda_linear_rowscale_lse", [&] {
+    Arg const Hh{h, "h"}, W{w, "w"}, S{rstd, "rstd"}, T{targets, "targets"};
+    Arg const L{lse_out, "lse_out"}, TL{target_logit_out, "target_logit_out"}, LG{logits_out, "logits_out"};
+    api::LinearShape const s = check_rowscale_inputs(Hh, W, S);
+    api::check_vector(T, s.M, {CODA_INT32, CODA_INT64}, "M", "h.sizes[0]");
+    if (!(softcap >= 0.0f) || !std::isfinite(softcap)) {
+      fail(CODA_ERROR_INVALID_ARGUMENT, "softcap: must be finite and >= 0 (0 = off), got ", softcap);
+    }
+    api::check_vector(L, s.M, {CODA_FP32}, "M", "h.sizes[0]");
+    api::check_vector(TL, s.M, {CODA_FP32}, "M", "h.sizes[0]");
+    if (logits_out != nullptr) api::check_activation(LG, Hh, s.M, s.N, "M", "V");
+    api::check_disjoint({L, TL, LG}, {Hh, W, S, T});
+    api::require_workspace("coda_linear_rowscale_lse", workspace, workspace_bytes,
+                           coda_linear_rowscale_lse_workspace_size(s.M, s.N));
+    api::require_same_device({Hh, W, S, T, L, TL, LG});
+    api::not_implemented("coda_linear_rowscale_lse", "issue 4: forward fused kernels");
+  });
+}
+
+CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V) {
+  return api::round_up_256(static_cast<size_t>(M > 0 ? M : 0) * 2 * sizeof(float));
+}
+
+CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_tensor* targets,
+                                        const coda_ce_options* options, const coda_tensor* grad_loss,
+                                        int64_t hidden_size, coda_tensor* loss_out, coda_tensor* dlogits_out,
+                                        coda_tensor* zdz_out, void* workspace, size_t workspace_bytes,
+                                        void* stream) {
+  return guarded("coda_cross_entropy", [&] {
+    Arg const LG{logits, "logits"}, T{targets, "targets"}, GL{grad_loss, "grad_loss"};
+    Arg const L{loss_out, "loss_out"}, D{dlogits_out, "dlogits_out"}, Z{zdz_out, "zdz_out"};
+    coda_ce_options const o = options != nullptr ? *options : coda_ce_options_default();
+    api::require_tensor(LG);
+    api::require_rank(LG, 2);
+    api::require_dtype(LG, {CODA_BF16, CODA_FP16});
+    api::require_row_major(LG);
+    api::require_tma_aligned(LG, true);
+    int64_t const M = LG.size(0), V = LG.size(1);
+    if (V == 0) fail(CODA_ERROR_SHAPE, "logits: V (sizes[1]) must be > 0");
+    api::check_vector(T, M, {CODA_INT32, CODA_INT64}, "M", "logits.sizes[0]");
+    if (o.reduction != CODA_REDUCTION_NONE && o.reduction != CODA_REDUCTION_MEAN && o.reduction != CODA_REDUCTION_SUM) {
+      fail(CODA_ERROR_INVALID_ARGUMENT, "options->reduction: unknown value ", static_cast<int>(o.reduction));
+    }
+    if (!(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f)) {
+      fail(CODA_ERROR_INVALID_ARGUMENT, "options->label_smoothing: must be in [0, 1], got ", o.label_smoothing);
+    }
+    if (!(o.z_loss >= 0.0f) || !std::isfinite(o.z_loss)) {
+      fail(CODA_ERROR_INVALID_ARGUMENT, "options->z_loss: must be finite and >= 0, got ", o.z_loss);
+    }
+    if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
+      fail(CODA_ERROR_INVALID_ARGUMENT, "options->softcap: must be finite and >= 0 (0 = off), got ", o.softcap);
+    }
+    bool const per_row = o.reduction == CODA_REDUCTION_NONE;
+    if (grad_loss != nullptr) {
+      if (per_row) {
+        api::check_vector(GL, M, {CODA_FP32}, "M", "logits.sizes[0] (reduction none)");
+      } else {
+        api::require_tensor(GL);
+        api::require_dtype(GL, {CODA_FP32});
+        if (GL.t->rank != 0) {
+          fail(CODA_ERROR_SHAPE, "grad_loss: must be a scalar (rank 0) for reduction mean/sum, got shape ",
+               api::shape_string(*GL.t));
+        }
+      }
+    }
+    api::require_tensor(L);
+    api::require_dtype(L, {CODA_FP32});
+    if (per_row) {
+      api::check_vector(L, M, {CODA_FP32}, "M", "logits.sizes[0] (reduction none)");
+    } else if (L.t->rank != 0) {
+      fail(CODA_ERROR_SHAPE, "loss_out: must be a scalar (rank 0) for reduction mean/sum, got shape ",
+           api::shape_string(*L.t));
+    }
+    if (dlogits_out != nullptr) {
+      api::check_activation(D, LG, M, V, "M", "V");
+      api::require_same_or_disjoint(D, LG);  // in place over the logits is allowed
+    }
+    if (zdz_out != nullptr) {
+      if (dlogits_out == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "zdz_out: requires dlogits_out (the gradient)");
+      if (hidden_size <= 0) fail(CODA_ERROR_INVALID_ARGUMENT, "hidden_size: must be > 0, got ", hidden_size);
+      api::check_vector(Z, M, {CODA_FP32}, "M", "logits.sizes[0]");
+    }
+    api::check_disjoint({L, Z}, {LG, T, GL, D});
+    api::check_disjoint({D}, {T, GL});
+    api::require_workspace("coda_cross_entropy", workspace, workspace_bytes, coda_cross_entropy_workspace_size(M, V));
+    api::require_same_device({LG, T, GL, L, D, Z});
+    api::not_implemented("coda_cross_entropy", "issue 4: forward fused kernels");
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,515 @@
+// Op-specific validation rules, the not-yet-built ops (valid arguments must reach CODA_ERROR_NOT_IMPLEMENTED),
+// and the weight-layout helpers on host tensors (they run without a GPU).
+#include <coda/coda.h>
+#include <coda/ops.hpp>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/tensor_pool.hpp"
+
+extern "C" int coda_c_header_check(void);  // tests/cpu/c_header_check.c
+
+namespace {
+
+using coda::test::TensorPool;
+
+::testing::AssertionResult Rejected(TensorPool const& pool, coda_status got, coda_status want,
+                                    std::initializer_list<char const*> parts) {
+  std::string const msg = coda_last_error();
+  if (got != want) {
+    return ::testing::AssertionFailure() << "status " << coda_status_string(got) << ", expected "
+                                         << coda_status_string(want) << " (message: " << msg << ")";
+  }
+  for (char const* p : parts) {
+    if (msg.find(p) == std::string::npos) {
+      return ::testing::AssertionFailure() << "message \"" << msg << "\" does not contain \"" << p << "\"";
+    }
+  }
+  if (!pool.untouched()) return ::testing::AssertionFailure() << "a rejected call wrote memory";
+  return ::testing::AssertionSuccess();
+}
+#define EXPECT_REJECTED(call, want, ...) EXPECT_TRUE(Rejected(pool, (call), (want), {__VA_ARGS__}))
+#define EXPECT_NOT_BUILT(call, op) EXPECT_REJECTED(call, CODA_ERROR_NOT_IMPLEMENTED, op, "not in this build")
+
+constexpr int64_t M = 24, K = 64, N = 128;
+
+struct RowScale {
+  TensorPool pool;
+  coda_tensor h = pool.make(CODA_FP16, {M, K}), w = pool.make(CODA_FP16, {N, K});
+  coda_tensor rstd = pool.make(CODA_FP32, {M});
+  void* ws = pool.bytes(1 << 16);
+  size_t ws_bytes = 1 << 16;
+};
+
+// ---- ops whose kernels come with later issues ----------------------------------------------------------------
+
+TEST(NotYetBuilt, LinearResidualRmsnorm) {
+  TensorPool pool;
+  coda_tensor a = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
+  coda_tensor r = pool.make(CODA_BF16, {M, N}), g = pool.make(CODA_BF16, {N});
+  coda_tensor x = pool.make(CODA_BF16, {M, N}), h = pool.make(CODA_BF16, {M, N}), s = pool.make(CODA_FP32, {M});
+  size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(M, N);
+  EXPECT_NOT_BUILT(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &x, &h, &s, pool.bytes(wsb), wsb, nullptr),
+                   "coda_linear_residual_rmsnorm");
+}
+
+TEST(NotYetBuilt, RmsnormRstd) {
+  TensorPool pool;
+  coda_tensor p = pool.make(CODA_FP32, {3, 256}), s = pool.make(CODA_FP32, {250});
+  p.sizes[1] = 250;  // M = 250 with a padded stride of 256
+  EXPECT_NOT_BUILT(coda_rmsnorm_rstd(&p, 384, 1e-6f, &s, nullptr), "coda_rmsnorm_rstd");
+}
+
+TEST(NotYetBuilt, RmsnormPrepare) {
+  TensorPool pool;
+  coda_tensor x = pool.make(CODA_BF16, {M, N}), g = pool.make(CODA_BF16, {N});
+  coda_tensor h = pool.make(CODA_BF16, {M, N}), s = pool.make(CODA_FP32, {M});
+  EXPECT_NOT_BUILT(coda_rmsnorm_prepare(&x, &g, 1e-6f, &h, &s, nullptr), "coda_rmsnorm_prepare");
+}
+
+TEST(NotYetBuilt, LinearRowscale) {
+  RowScale f;
+  auto& pool = f.pool;
+  coda_tensor y = pool.make(CODA_FP16, {M, N});
+  EXPECT_NOT_BUILT(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), "coda_linear_rowscale");
+}
+
+TEST(NotYetBuilt, LinearRowscaleSwiglu) {
+  RowScale f;
+  auto& pool = f.pool;
+  coda_tensor z = pool.make(CODA_FP16, {M, N}), y = pool.make(CODA_FP16, {M, N / 2});
+  EXPECT_NOT_BUILT(coda_linear_rowscale_swiglu(&f.h, &f.w, &f.rstd, &z, &y, f.ws, f.ws_bytes, nullptr),
+                   "coda_linear_rowscale_swiglu");
+}
+
+struct Rope {
+  TensorPool pool;
+  int32_t hq = 4, hkv = 2, hd = 64;
+  int64_t W = (4 + 2 * 2) * 64;
+  coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {W, K});
+  coda_tensor rstd = pool.make(CODA_FP32, {M}), pos = pool.make(CODA_INT32, {M});
+  coda_tensor inv_freq = pool.make(CODA_FP32, {32}), qkv = pool.make(CODA_BF16, {M, W});
+  void* ws = pool.bytes(4096);
+  coda_status call() {
+    return coda_linear_rowscale_rope(&h, &w, &rstd, &pos, &inv_freq, hq, hkv, hd, &qkv, ws, 4096, nullptr);
+  }
+};
+
+TEST(NotYetBuilt, LinearRowscaleRope) {
+  Rope f;
+  auto& pool = f.pool;
+  EXPECT_NOT_BUILT(f.call(), "coda_linear_rowscale_rope");
+}
+
+struct Lse {
+  TensorPool pool;
+  coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
+  coda_tensor rstd = pool.make(CODA_FP32, {M}), t = pool.make(CODA_INT64, {M});
+  coda_tensor lse = pool.make(CODA_FP32, {M}), tl = pool.make(CODA_FP32, {M});
+  size_t wsb = coda_linear_rowscale_lse_workspace_size(M, N);
+  void* ws = pool.bytes(wsb);
+  float softcap = 0.0f;
+  coda_status call(coda_tensor* logits = nullptr) {
+    return coda_linear_rowscale_lse(&h, &w, &rstd, &t, softcap, -100, &lse, &tl, logits, ws, wsb, nullptr);
+  }
+};
+
+TEST(NotYetBuilt, LinearRowscaleLse) {
+  Lse f;
+  auto& pool = f.pool;
+  EXPECT_NOT_BUILT(f.call(), "coda_linear_rowscale_lse");
+  coda_tensor logits = pool.make(CODA_BF16, {M, N});
+  EXPECT_NOT_BUILT(f.call(&logits), "coda_linear_rowscale_lse");
+}
+
+struct Ce {
+  TensorPool pool;
+  coda_tensor logits = pool.make(CODA_BF16, {M, N}), t = pool.make(CODA_INT32, {M});
+  coda_tensor loss = pool.make(CODA_FP32, {}), dlogits = pool.make(CODA_BF16, {M, N});
+  coda_tensor zdz = pool.make(CODA_FP32, {M});
+  coda_ce_options o = coda_ce_options_default();
+  size_t wsb = coda_cross_entropy_workspace_size(M, N);
+  void* ws = pool.bytes(wsb);
+  coda_status call(coda_tensor const* grad = nullptr, coda_tensor* d = nullptr, coda_tensor* z = nullptr,
+                   int64_t hidden = 2048) {
+    return coda_cross_entropy(&logits, &t, &o, grad, hidden, &loss, d, z, ws, wsb, nullptr);
+  }
+};
+
+TEST(NotYetBuilt, CrossEntropy) {
+  Ce f;
+  auto& pool = f.pool;
+  EXPECT_NOT_BUILT(f.call(), "coda_cross_entropy");
+  EXPECT_NOT_BUILT(f.call(nullptr, &f.logits, &f.zdz), "coda_cross_entropy");  // dlogits in place over logits
+  f.o.reduction = CODA_REDUCTION_NONE;
+  coda_tensor loss_rows = pool.make(CODA_FP32, {M}), grad_rows = pool.make(CODA_FP32, {M});
+  f.loss = loss_rows;
+  EXPECT_NOT_BUILT(f.call(&grad_rows, &f.dlogits, &f.zdz), "coda_cross_entropy");
+}
+
+TEST(NotYetBuilt, RopeBwdZdz) {
+  Rope f;
+  auto& pool = f.pool;
+  coda_tensor dqkv = pool.make(CODA_BF16, {M, f.W}), zdz = pool.make(CODA_FP32, {M});
+  EXPECT_NOT_BUILT(coda_rope_bwd_zdz(&f.qkv, &dqkv, &f.pos, &f.inv_freq, f.hq, f.hkv, f.hd, 2048, &dqkv, &zdz,
+                                     nullptr),
+                   "coda_rope_bwd_zdz");
+}
+
+struct B2 {
+  TensorPool pool;
+  coda_tensor dz = pool.make(CODA_BF16, {M, N}), w = pool.make(CODA_BF16, {N, K});
+  coda_tensor x = pool.make(CODA_BF16, {M, K}), gamma = pool.make(CODA_BF16, {K});
+  coda_tensor rstd = pool.make(CODA_FP32, {M}), zdz = pool.make(CODA_FP32, {M});
+  coda_tensor dx = pool.make(CODA_BF16, {M, K}), a = pool.make(CODA_BF16, {M, K});
+  coda_tensor dgamma = pool.make(CODA_FP32, {K});
+  size_t wsb = coda_linear_residual_rmsnorm_bwd_workspace_size(M, K);
+  void* ws = pool.bytes(wsb);
+  coda_status call(coda_tensor const* dx_in) {
+    return coda_linear_residual_rmsnorm_bwd(&dz, &w, &x, &gamma, &rstd, &zdz, dx_in, 1.0f, &dx, &a, &dgamma, ws,
+                                            wsb, nullptr);
+  }
+};
+
+TEST(NotYetBuilt, LinearResidualRmsnormBwd) {
+  B2 f;
+  auto& pool = f.pool;
+  EXPECT_NOT_BUILT(f.call(nullptr), "coda_linear_residual_rmsnorm_bwd");
+  EXPECT_NOT_BUILT(f.call(&f.dx), "coda_linear_residual_rmsnorm_bwd");  // in-place accumulation
+}
+
+TEST(NotYetBuilt, LinearSwigluBwdZdz) {
+  TensorPool pool;
+  int64_t const F = 96;
+  coda_tensor dx = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {K, F});
+  coda_tensor z = pool.make(CODA_BF16, {M, 2 * F}), dz = pool.make(CODA_BF16, {M, 2 * F});
+  coda_tensor y = pool.make(CODA_BF16, {M, F}), zdz = pool.make(CODA_FP32, {M});
+  size_t const wsb = coda_linear_swiglu_bwd_zdz_workspace_size(M, F);
+  EXPECT_NOT_BUILT(coda_linear_swiglu_bwd_zdz(&dx, &w, &z, &dz, &y, &zdz, pool.bytes(wsb), wsb, nullptr),
+                   "coda_linear_swiglu_bwd_zdz");
+}
+
+// ---- op-specific rules ----------------------------------------------------------------------------------------
+
+TEST(OpRules, SwigluWidthMultipleOf16) {
+  TensorPool pool;
+  coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {24, K}), r = pool.make(CODA_FP32, {M});
+  coda_tensor z = pool.make(CODA_BF16, {M, 24}), y = pool.make(CODA_BF16, {M, 12});
+  EXPECT_REJECTED(coda_linear_rowscale_swiglu(&h, &w, &r, &z, &y, pool.bytes(256), 256, nullptr), CODA_ERROR_SHAPE,
+                  "w_gu", "multiple of 16");
+}
+
+TEST(OpRules, SwigluOutputIsHalfWidth) {
+  RowScale f;
+  auto& pool = f.pool;
+  coda_tensor z = pool.make(CODA_FP16, {M, N}), y = pool.make(CODA_FP16, {M, N});
+  EXPECT_REJECTED(coda_linear_rowscale_swiglu(&f.h, &f.w, &f.rstd, &z, &y, f.ws, f.ws_bytes, nullptr),
+                  CODA_ERROR_SHAPE, "y_out", "(F)");
+}
+
+TEST(OpRules, RopeHeadDim) {
+  Rope f;
+  auto& pool = f.pool;
+  f.hd = 96;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "head_dim", "64 or 128");
+}
+
+TEST(OpRules, RopeKvHeadsDivideQHeads) {
+  Rope f;
+  auto& pool = f.pool;
+  f.hkv = 3;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "n_kv_heads", "divide");
+}
+
+TEST(OpRules, RopeWeightRowsMatchHeads) {
+  Rope f;
+  auto& pool = f.pool;
+  f.hq = 8;  // (8 + 4) * 64 != rows of w_qkv
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "w_qkv", "n_q_heads");
+}
+
+TEST(OpRules, RopePositionsAreInt32) {
+  Rope f;
+  auto& pool = f.pool;
+  f.pos = pool.make(CODA_INT64, {M});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "positions", "int32");
+}
+
+TEST(OpRules, RopeInvFreqLength) {
+  Rope f;
+  auto& pool = f.pool;
+  f.inv_freq = pool.make(CODA_FP32, {64});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "inv_freq", "head_dim/2");
+}
+
+TEST(OpRules, LseSoftcapNonNegative) {
+  Lse f;
+  auto& pool = f.pool;
+  f.softcap = -1.0f;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "softcap", ">= 0");
+}
+
+TEST(OpRules, LseTargetsAreIntegers) {
+  Lse f;
+  auto& pool = f.pool;
+  f.t = pool.make(CODA_FP32, {M});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "targets", "int32 or int64");
+}
+
+TEST(OpRules, CrossEntropyReductionValue) {
+  Ce f;
+  auto& pool = f.pool;
+  f.o.reduction = static_cast<coda_reduction>(9);
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "options->reduction");
+}
+
+TEST(OpRules, CrossEntropyLabelSmoothingRange) {
+  Ce f;
+  auto& pool = f.pool;
+  f.o.label_smoothing = 1.5f;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "options->label_smoothing", "[0, 1]");
+}
+
+TEST(OpRules, CrossEntropyZLossNonNegative) {
+  Ce f;
+  auto& pool = f.pool;
+  f.o.z_loss = -0.1f;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "options->z_loss");
+}
+
+TEST(OpRules, CrossEntropyLossShapeFollowsReduction) {
+  Ce f;
+  auto& pool = f.pool;
+  f.loss = pool.make(CODA_FP32, {M});  // [M] loss with reduction mean
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "loss_out", "scalar");
+  f.o.reduction = CODA_REDUCTION_NONE;
+  f.loss = pool.make(CODA_FP32, {});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "loss_out", "rank 1");
+}
+
+TEST(OpRules, CrossEntropyGradLossShapeFollowsReduction) {
+  Ce f;
+  auto& pool = f.pool;
+  coda_tensor g = pool.make(CODA_FP32, {M});
+  EXPECT_REJECTED(f.call(&g, &f.dlogits), CODA_ERROR_SHAPE, "grad_loss", "scalar");
+}
+
+TEST(OpRules, CrossEntropyZdzNeedsGradient) {
+  Ce f;
+  auto& pool = f.pool;
+  EXPECT_REJECTED(f.call(nullptr, nullptr, &f.zdz), CODA_ERROR_INVALID_ARGUMENT, "zdz_out", "dlogits_out");
+}
+
+TEST(OpRules, CrossEntropyHiddenSizePositive) {
+  Ce f;
+  auto& pool = f.pool;
+  EXPECT_REJECTED(f.call(nullptr, &f.dlogits, &f.zdz, 0), CODA_ERROR_INVALID_ARGUMENT, "hidden_size");
+}
+
+TEST(OpRules, CrossEntropyDlogitsPartialOverlap) {
+  Ce f;
+  auto& pool = f.pool;
+  coda_tensor d = f.logits;
+  d.data = static_cast<char*>(d.data) + 32;
+  EXPECT_REJECTED(f.call(nullptr, &d), CODA_ERROR_ALIASING, "dlogits_out and logits", "partially overlap");
+}
+
+TEST(OpRules, RmsnormRstdPartialsUnitStride) {
+  TensorPool pool;
+  coda_tensor p = pool.make(CODA_FP32, {256, 3}), s = pool.make(CODA_FP32, {3});
+  std::swap(p.sizes[0], p.sizes[1]);
+  std::swap(p.strides[0], p.strides[1]);  // [3, 256] with strides [1, 3]
+  s = pool.make(CODA_FP32, {256});
+  EXPECT_REJECTED(coda_rmsnorm_rstd(&p, 128, 1e-6f, &s, nullptr), CODA_ERROR_LAYOUT, "partials", "unit stride");
+}
+
+TEST(OpRules, RmsnormRstdFeatureCountPositive) {
+  TensorPool pool;
+  coda_tensor p = pool.make(CODA_FP32, {2, 16}), s = pool.make(CODA_FP32, {16});
+  EXPECT_REJECTED(coda_rmsnorm_rstd(&p, 0, 1e-6f, &s, nullptr), CODA_ERROR_INVALID_ARGUMENT, "n_features");
+}
+
+TEST(OpRules, DgradWeightRowsMatchGradientWidth) {
+  B2 f;
+  auto& pool = f.pool;
+  f.w = pool.make(CODA_BF16, {N + 8, K});
+  EXPECT_REJECTED(f.call(nullptr), CODA_ERROR_SHAPE, "w:", "dz.sizes[1]");
+}
+
+TEST(OpRules, DgradOutputMustNotAliasSavedInput) {
+  B2 f;
+  auto& pool = f.pool;
+  f.dx = f.x;
+  EXPECT_REJECTED(f.call(nullptr), CODA_ERROR_ALIASING, "dx_out and x", "overlap");
+}
+
+TEST(OpRules, SwigluBwdSavedZIsDoubleWidth) {
+  TensorPool pool;
+  int64_t const F = 96;
+  coda_tensor dx = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {K, F});
+  coda_tensor z = pool.make(CODA_BF16, {M, F}), dz = pool.make(CODA_BF16, {M, 2 * F});
+  coda_tensor y = pool.make(CODA_BF16, {M, F}), zdz = pool.make(CODA_FP32, {M});
+  EXPECT_REJECTED(coda_linear_swiglu_bwd_zdz(&dx, &w, &z, &dz, &y, &zdz, pool.bytes(1 << 16), 1 << 16, nullptr),
+                  CODA_ERROR_SHAPE, "z:", "2F");
+}
+
+// ---- weight layout helpers (host tensors run on the CPU) ----------------------------------------------------
+
+coda_tensor host_f32(std::vector<float>& v, int64_t rows, int64_t cols) {
+  coda_tensor t{};
+  t.data = v.data();
+  t.dtype = CODA_FP32;
+  t.rank = 2;
+  t.sizes[0] = rows;
+  t.sizes[1] = cols;
+  t.strides[0] = cols;
+  t.strides[1] = 1;
+  t.device = -1;
+  return t;
+}
+
+TEST(Layout, InterleaveGateUpMovesRows) {
+  int64_t const F = 5, C = 3;
+  std::vector<float> in(2 * F * C), out(2 * F * C, -1.0f), back(2 * F * C, -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  coda_tensor ti = host_f32(in, 2 * F, C), to = host_f32(out, 2 * F, C), tb = host_f32(back, 2 * F, C);
+  ASSERT_EQ(coda_interleave_gate_up(&ti, &to, nullptr), CODA_SUCCESS) << coda_last_error();
+  for (int64_t i = 0; i < F; ++i) {
+    for (int64_t c = 0; c < C; ++c) {
+      EXPECT_EQ(out[(2 * i) * C + c], in[i * C + c]);            // gate i -> row 2i
+      EXPECT_EQ(out[(2 * i + 1) * C + c], in[(F + i) * C + c]);  // up i   -> row 2i+1
+    }
+  }
+  ASSERT_EQ(coda_deinterleave_gate_up(&to, &tb, nullptr), CODA_SUCCESS) << coda_last_error();
+  EXPECT_EQ(back, in);
+}
+
+TEST(Layout, PairRopeRowsPerHead) {
+  int64_t const hd = 8, H = 3, C = 2;
+  std::vector<float> in(H * hd * C), out(H * hd * C, -1.0f), back(H * hd * C, -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  coda_tensor ti = host_f32(in, H * hd, C), to = host_f32(out, H * hd, C), tb = host_f32(back, H * hd, C);
+  ASSERT_EQ(coda_pair_rope_rows(&ti, static_cast<int32_t>(hd), &to, nullptr), CODA_SUCCESS) << coda_last_error();
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      for (int64_t c = 0; c < C; ++c) {
+        EXPECT_EQ(out[(h * hd + 2 * i) * C + c], in[(h * hd + i) * C + c]);
+        EXPECT_EQ(out[(h * hd + 2 * i + 1) * C + c], in[(h * hd + i + hd / 2) * C + c]);
+      }
+    }
+  }
+  ASSERT_EQ(coda_unpair_rope_rows(&to, static_cast<int32_t>(hd), &tb, nullptr), CODA_SUCCESS) << coda_last_error();
+  EXPECT_EQ(back, in);
+}
+
+TEST(Layout, PairRopeBiasVector) {
+  std::vector<float> in{0, 1, 2, 3, 4, 5, 6, 7}, out(8, -1.0f);
+  coda_tensor ti = host_f32(in, 8, 1), to = host_f32(out, 8, 1);
+  ti.rank = to.rank = 1;
+  ti.strides[0] = to.strides[0] = 1;
+  ASSERT_EQ(coda_pair_rope_rows(&ti, 4, &to, nullptr), CODA_SUCCESS) << coda_last_error();
+  EXPECT_EQ(out, (std::vector<float>{0, 2, 1, 3, 4, 6, 5, 7}));
+}
+
+TEST(Layout, OddGateUpRowsRejected) {
+  TensorPool pool;
+  coda_tensor in = pool.make(CODA_BF16, {7, 8}, -1), out = pool.make(CODA_BF16, {7, 8}, -1);
+  EXPECT_REJECTED(coda_interleave_gate_up(&in, &out, nullptr), CODA_ERROR_SHAPE, "w_stacked", "even");
+}
+
+TEST(Layout, HeadDimMustDivideRows) {
+  TensorPool pool;
+  coda_tensor in = pool.make(CODA_BF16, {24, 8}, -1), out = pool.make(CODA_BF16, {24, 8}, -1);
+  EXPECT_REJECTED(coda_pair_rope_rows(&in, 16, &out, nullptr), CODA_ERROR_SHAPE, "w:", "multiple of head_dim");
+  EXPECT_REJECTED(coda_pair_rope_rows(&in, 3, &out, nullptr), CODA_ERROR_INVALID_ARGUMENT, "head_dim", "even");
+}
+
+TEST(Layout, HostAndDeviceMixRejected) {
+  TensorPool pool;
+  coda_tensor in = pool.make(CODA_BF16, {8, 8}, -1), out = pool.make(CODA_BF16, {8, 8}, 0);
+  EXPECT_REJECTED(coda_interleave_gate_up(&in, &out, nullptr), CODA_ERROR_DEVICE, "w_out", "host tensors");
+}
+
+TEST(Layout, InPlaceRejected) {
+  TensorPool pool;
+  coda_tensor in = pool.make(CODA_BF16, {8, 8}, -1);
+  EXPECT_REJECTED(coda_interleave_gate_up(&in, &in, nullptr), CODA_ERROR_ALIASING, "w_out", "overlap");
+}
+
+// ---- library functions and the C++ wrapper ------------------------------------------------------------------
+
+TEST(Abi, HeaderCompilesAsC) { EXPECT_EQ(coda_c_header_check(), 2 + CODA_REDUCTION_MEAN); }
+
+TEST(Abi, StatusStringsAreDistinct) {
+  std::vector<std::string> names;
+  for (int s = CODA_SUCCESS; s <= CODA_ERROR_INTERNAL; ++s) {
+    names.emplace_back(coda_status_string(static_cast<coda_status>(s)));
+    EXPECT_EQ(names.back().rfind("CODA_", 0), 0u) << names.back();
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::unique(names.begin(), names.end()), names.end());
+  EXPECT_STREQ(coda_status_string(static_cast<coda_status>(99)), "CODA_ERROR_UNKNOWN_STATUS");
+}
+
+TEST(Abi, VersionAndDtypeSizes) {
+  EXPECT_EQ(coda_version(), CODA_VERSION_MAJOR * 10000 + CODA_VERSION_MINOR * 100 + CODA_VERSION_PATCH);
+  EXPECT_EQ(coda_dtype_size(CODA_BF16), 2u);
+  EXPECT_EQ(coda_dtype_size(CODA_FP16), 2u);
+  EXPECT_EQ(coda_dtype_size(CODA_FP32), 4u);
+  EXPECT_EQ(coda_dtype_size(CODA_INT32), 4u);
+  EXPECT_EQ(coda_dtype_size(CODA_INT64), 8u);
+  EXPECT_EQ(coda_dtype_size(static_cast<coda_dtype>(42)), 0u);
+}
+
+TEST(Abi, CrossEntropyDefaultsMatchPyTorch) {
+  coda_ce_options const o = coda_ce_options_default();
+  EXPECT_EQ(o.ignore_index, -100);
+  EXPECT_EQ(o.reduction, CODA_REDUCTION_MEAN);
+  EXPECT_EQ(o.label_smoothing, 0.0f);
+  EXPECT_EQ(o.z_loss, 0.0f);
+  EXPECT_EQ(o.softcap, 0.0f);
+}
+
+TEST(Abi, LastErrorClearedBySuccess) {
+  TensorPool pool;
+  coda_tensor in = pool.make(CODA_BF16, {7, 8}, -1), out = pool.make(CODA_BF16, {7, 8}, -1);
+  ASSERT_NE(coda_interleave_gate_up(&in, &out, nullptr), CODA_SUCCESS);
+  EXPECT_STRNE(coda_last_error(), "");
+  coda_tensor in2 = pool.make(CODA_BF16, {8, 8}, -1), out2 = pool.make(CODA_BF16, {8, 8}, -1);
+  ASSERT_EQ(coda_interleave_gate_up(&in2, &out2, nullptr), CODA_SUCCESS);
+  EXPECT_STREQ(coda_last_error(), "");
+}
+
+TEST(Abi, DeviceSupportedNeedsOutputPointer) {
+  EXPECT_EQ(coda_device_supported(-1, nullptr, nullptr, nullptr), CODA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(coda_last_error()).find("supported"), std::string::npos);
+}
+
+TEST(Abi, CppWrapperThrowsWithStatus) {
+  TensorPool pool;
+  coda::TensorView in(pool.make(CODA_BF16, {7, 8}, -1).data, CODA_BF16, {7, 8}, -1);
+  coda::TensorView out(pool.make(CODA_BF16, {7, 8}, -1).data, CODA_BF16, {7, 8}, -1);
+  try {
+    coda::interleave_gate_up(in, out, nullptr);
+    FAIL() << "expected coda::Error";
+  } catch (coda::Error const& e) {
+    EXPECT_EQ(e.status(), CODA_ERROR_SHAPE);
+    EXPECT_NE(std::string(e.what()).find("w_stacked"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(pool.untouched());
+}
+
+TEST(Abi, CppTensorViewTranspose) {
+  coda::TensorView v(nullptr, CODA_BF16, {3, 5}, 0);
+  coda::TensorView const t = v.t();
+  EXPECT_EQ(t.size(0), 5);
+  EXPECT_EQ(t.size(1), 3);
+  EXPECT_EQ(t.stride(0), 1);
+  EXPECT_EQ(t.stride(1), 5);
+}
+
+}  // namespace

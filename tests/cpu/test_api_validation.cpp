@@ -1,0 +1,388 @@
+// One test per validation rule of the C ABI: each asserts the status, that the message names the argument (and
+// the rule), and that nothing was written. Valid arguments of ops whose kernels are not built yet must reach
+// CODA_ERROR_NOT_IMPLEMENTED, so these tests also say which ops are still missing.
+#include <coda/coda.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "cpu/tensor_pool.hpp"
+
+namespace {
+
+using coda::test::TensorPool;
+
+::testing::AssertionResult Rejected(TensorPool const& pool, coda_status got, coda_status want,
+                                    std::initializer_list<char const*> parts) {
+  std::string const msg = coda_last_error();
+  if (got != want) {
+    return ::testing::AssertionFailure() << "status " << coda_status_string(got) << ", expected "
+                                         << coda_status_string(want) << " (message: " << msg << ")";
+  }
+  for (char const* p : parts) {
+    if (msg.find(p) == std::string::npos) {
+      return ::testing::AssertionFailure() << "message \"" << msg << "\" does not contain \"" << p << "\"";
+    }
+  }
+  if (!pool.untouched()) return ::testing::AssertionFailure() << "a rejected call wrote memory";
+  return ::testing::AssertionSuccess();
+}
+#define EXPECT_REJECTED(call, want, ...) EXPECT_TRUE(Rejected(pool, (call), (want), {__VA_ARGS__}))
+
+// F1 with valid arguments: M=16, K=32, N=64, bf16.
+struct F1 {
+  TensorPool pool;
+  int64_t M = 16, K = 32, N = 64;
+  coda_tensor a = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
+  coda_tensor residual = pool.make(CODA_BF16, {M, N}), gamma = pool.make(CODA_BF16, {N});
+  coda_tensor x = pool.make(CODA_BF16, {M, N}), h = pool.make(CODA_BF16, {M, N});
+  coda_tensor rstd = pool.make(CODA_FP32, {M});
+  size_t ws_bytes = coda_linear_residual_rmsnorm_workspace_size(M, N);
+  void* ws = pool.bytes(ws_bytes);
+  float eps = 1e-5f;
+  coda_status call() {
+    return coda_linear_residual_rmsnorm(&a, &w, &residual, &gamma, eps, &x, &h, &rstd, ws, ws_bytes, nullptr);
+  }
+};
+
+// coda_gemm with valid arguments: M=24, N=40, K=16.
+struct Gemm {
+  TensorPool pool;
+  coda_tensor a = pool.make(CODA_BF16, {24, 16}), b = pool.make(CODA_BF16, {40, 16});
+  coda_tensor d = pool.make(CODA_BF16, {24, 40});
+  size_t ws_bytes = coda_gemm_workspace_size(24, 40, 16);
+  void* ws = pool.bytes(ws_bytes);
+  coda_status call(float alpha = 1.0f, int accumulate = 0) {
+    return coda_gemm(&a, &b, &d, alpha, accumulate, ws, ws_bytes, nullptr);
+  }
+};
+
+coda_tensor transposed(coda_tensor t) {
+  std::swap(t.sizes[0], t.sizes[1]);
+  std::swap(t.strides[0], t.strides[1]);
+  return t;
+}
+
+bool has_sm90() {
+  int supported = 0;
+  return coda_device_supported(-1, &supported, nullptr, nullptr) == CODA_SUCCESS && supported == 1;
+}
+
+// ---- descriptor rules -----------------------------------------------------------------------------------------
+
+TEST(Validation, NullDescriptorIsNamed) {
+  F1 f;
+  auto& pool = f.pool;
+  EXPECT_REJECTED(coda_linear_residual_rmsnorm(&f.a, nullptr, &f.residual, &f.gamma, f.eps, &f.x, &f.h, &f.rstd,
+                                               f.ws, f.ws_bytes, nullptr),
+                  CODA_ERROR_INVALID_ARGUMENT, "w:", "NULL");
+}
+
+TEST(Validation, UnknownDtypeValue) {
+  F1 f;
+  auto& pool = f.pool;
+  f.gamma.dtype = static_cast<coda_dtype>(77);
+  EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "gamma", "unknown dtype");
+}
+
+TEST(Validation, RankOutOfRange) {
+  F1 f;
+  auto& pool = f.pool;
+  f.a.rank = 5;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "a:", "rank 5");
+}
+
+TEST(Validation, NegativeSize) {
+  F1 f;
+  auto& pool = f.pool;
+  f.residual.sizes[0] = -1;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "residual", "negative");
+}
+
+TEST(Validation, NegativeStride) {
+  F1 f;
+  auto& pool = f.pool;
+  f.x.strides[0] = -64;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_LAYOUT, "x_out", "negative");
+}
+
+TEST(Validation, NullDataPointer) {
+  F1 f;
+  auto& pool = f.pool;
+  f.h.data = nullptr;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "h_out", "data pointer is NULL");
+}
+
+TEST(Validation, WrongRank) {
+  F1 f;
+  auto& pool = f.pool;
+  f.gamma = f.pool.make(CODA_BF16, {1, f.N});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "gamma", "expected rank 1");
+}
+
+// ---- dtype rules ----------------------------------------------------------------------------------------------
+
+TEST(Validation, DtypeNotAccepted) {
+  F1 f;
+  auto& pool = f.pool;
+  f.a = f.pool.make(CODA_FP32, {f.M, f.K});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "a:", "bf16 or fp16", "got fp32");
+}
+
+TEST(Validation, DtypesMustMatch) {
+  F1 f;
+  auto& pool = f.pool;
+  f.w = f.pool.make(CODA_FP16, {f.N, f.K});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "w:", "must match a");
+}
+
+TEST(Validation, StatisticsMustBeFp32) {
+  F1 f;
+  auto& pool = f.pool;
+  f.rstd = f.pool.make(CODA_BF16, {f.M});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "rstd_out", "fp32");
+}
+
+// ---- shape rules ----------------------------------------------------------------------------------------------
+
+TEST(Validation, InnerDimensionsMustAgree) {
+  F1 f;
+  auto& pool = f.pool;
+  f.w = f.pool.make(CODA_BF16, {f.N, f.K + 8});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "w:", "(K)", "32");
+}
+
+TEST(Validation, OutputShapeMustMatch) {
+  F1 f;
+  auto& pool = f.pool;
+  f.h = f.pool.make(CODA_BF16, {f.M + 1, f.N});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "h_out", "(M)");
+}
+
+TEST(Validation, VectorLengthMustMatch) {
+  F1 f;
+  auto& pool = f.pool;
+  f.gamma = f.pool.make(CODA_BF16, {f.N - 8});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "gamma", "(N)");
+}
+
+TEST(Validation, EmptyReductionDimensionRejected) {
+  F1 f;
+  auto& pool = f.pool;
+  f.a = f.pool.make(CODA_BF16, {f.M, 0});
+  f.w = f.pool.make(CODA_BF16, {f.N, 0});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "a:", "K");
+}
+
+// ---- layout rules ---------------------------------------------------------------------------------------------
+
+TEST(Validation, MustBeRowMajor) {
+  F1 f;
+  auto& pool = f.pool;
+  f.residual.strides[0] = 1;
+  f.residual.strides[1] = f.M;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_LAYOUT, "residual", "row-major");
+}
+
+TEST(Validation, RowStrideShorterThanRow) {
+  F1 f;
+  auto& pool = f.pool;
+  f.x.strides[0] = f.N - 8;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_LAYOUT, "x_out", "row stride");
+}
+
+TEST(Validation, VectorMustBeContiguous) {
+  F1 f;
+  auto& pool = f.pool;
+  f.rstd.strides[0] = 2;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_LAYOUT, "rstd_out", "contiguous");
+}
+
+TEST(Validation, PaddedRowStrideAccepted) {
+  // A row stride larger than the row (a slice of a wider buffer) is legal: validation passes it on.
+  F1 f;
+  auto& pool = f.pool;
+  f.a = f.pool.make(CODA_BF16, {f.M, f.K + 16});
+  f.a.sizes[1] = f.K;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_residual_rmsnorm");
+}
+
+// ---- alignment rules (TMA) ------------------------------------------------------------------------------------
+
+TEST(Validation, MisalignedPointer) {
+  F1 f;
+  auto& pool = f.pool;
+  f.a.data = static_cast<char*>(f.a.data) + 2;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_MISALIGNED, "a:", "16-byte aligned");
+}
+
+TEST(Validation, MisalignedRowStride) {
+  F1 f;
+  auto& pool = f.pool;
+  f.x = f.pool.make(CODA_BF16, {f.M, f.N + 4});
+  f.x.sizes[1] = f.N;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_MISALIGNED, "x_out", "strides[0]", "16 bytes");
+}
+
+TEST(Validation, FeatureCountNotMultipleOf8) {
+  F1 f;
+  auto& pool = f.pool;
+  f.a = f.pool.make(CODA_BF16, {f.M, 40});  // aligned row stride, but K = 36 contiguous elements
+  f.w = f.pool.make(CODA_BF16, {f.N, 40});
+  f.a.sizes[1] = f.w.sizes[1] = 36;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_MISALIGNED, "a:", "multiple of 8");
+}
+
+// ---- device rules ---------------------------------------------------------------------------------------------
+
+TEST(Validation, HostTensorRejected) {
+  F1 f;
+  auto& pool = f.pool;
+  f.gamma.device = -1;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_DEVICE, "gamma", "host tensor");
+}
+
+TEST(Validation, TensorsOnDifferentDevices) {
+  F1 f;
+  auto& pool = f.pool;
+  f.h.device = 1;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_DEVICE, "h_out", "device 1", "device 0");
+}
+
+TEST(Validation, KernelNeedsSm90OrNamesTheDevice) {
+  // Valid coda_gemm arguments in host memory: without an sm_90 GPU the device stage refuses with CODA_ERROR_ARCH;
+  // with one, it sees that the "device" pointers are host memory.
+  Gemm g;
+  auto& pool = g.pool;
+  if (has_sm90()) {
+    EXPECT_REJECTED(g.call(), CODA_ERROR_DEVICE, "a:", "host memory");
+  } else {
+    EXPECT_REJECTED(g.call(), CODA_ERROR_ARCH, "sm_90");
+  }
+}
+
+// ---- aliasing rules -------------------------------------------------------------------------------------------
+
+TEST(Validation, OutputsMustNotOverlap) {
+  F1 f;
+  auto& pool = f.pool;
+  f.h = f.x;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_ALIASING, "h_out", "overlap");
+}
+
+TEST(Validation, OutputMustNotOverlapInput) {
+  F1 f;
+  auto& pool = f.pool;
+  f.h = f.residual;  // h_out may never share memory with an input
+  EXPECT_REJECTED(f.call(), CODA_ERROR_ALIASING, "h_out and residual", "overlap");
+}
+
+TEST(Validation, InPlaceMustBeTheExactView) {
+  F1 f;
+  auto& pool = f.pool;
+  f.x = f.residual;
+  f.x.data = static_cast<char*>(f.residual.data) + 32;  // shifted by 16 elements: partial overlap
+  EXPECT_REJECTED(f.call(), CODA_ERROR_ALIASING, "x_out and residual", "partially overlap");
+}
+
+TEST(Validation, InPlaceResidualAccepted) {
+  F1 f;
+  auto& pool = f.pool;
+  f.x = f.residual;  // the documented in-place update
+  EXPECT_REJECTED(f.call(), CODA_ERROR_NOT_IMPLEMENTED, "not in this build");
+}
+
+TEST(Validation, GemmOutputMustNotOverlapOperands) {
+  Gemm g;
+  auto& pool = g.pool;
+  g.d = g.pool.make(CODA_BF16, {24, 40});
+  g.a = g.d;
+  g.a.sizes[1] = 16;
+  g.a.strides[0] = 40;
+  EXPECT_REJECTED(g.call(), CODA_ERROR_ALIASING, "d and a", "overlap");
+}
+
+// ---- scalar and workspace rules -------------------------------------------------------------------------------
+
+TEST(Validation, EpsMustBePositive) {
+  F1 f;
+  auto& pool = f.pool;
+  f.eps = 0.0f;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "eps", "> 0");
+}
+
+TEST(Validation, WorkspaceTooSmall) {
+  F1 f;
+  auto& pool = f.pool;
+  ASSERT_GT(f.ws_bytes, 0u);
+  f.ws_bytes -= 1;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_WORKSPACE, "workspace", "needs");
+}
+
+TEST(Validation, WorkspaceNull) {
+  F1 f;
+  auto& pool = f.pool;
+  f.ws = nullptr;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_WORKSPACE, "workspace", "NULL");
+}
+
+TEST(Validation, WorkspaceMisaligned) {
+  F1 f;
+  auto& pool = f.pool;
+  f.ws = f.pool.bytes(f.ws_bytes + 256);
+  f.ws = static_cast<char*>(f.ws) + 16;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_WORKSPACE, "workspace", "256-byte aligned");
+}
+
+TEST(Validation, GemmAlphaMustBeFinite) {
+  Gemm g;
+  auto& pool = g.pool;
+  EXPECT_REJECTED(g.call(std::numeric_limits<float>::infinity()), CODA_ERROR_INVALID_ARGUMENT, "alpha", "finite");
+}
+
+TEST(Validation, GemmAccumulateIsABool) {
+  Gemm g;
+  auto& pool = g.pool;
+  EXPECT_REJECTED(g.call(1.0f, 2), CODA_ERROR_INVALID_ARGUMENT, "accumulate", "0 or 1");
+}
+
+// ---- plain GEMM operand layouts -------------------------------------------------------------------------------
+
+TEST(Validation, GemmRejectsFullyStridedOperand) {
+  Gemm g;
+  auto& pool = g.pool;
+  g.b = g.pool.make(CODA_BF16, {40, 32});
+  g.b.sizes[1] = 16;
+  g.b.strides[1] = 2;  // every other element: neither row- nor column-major
+  EXPECT_REJECTED(g.call(), CODA_ERROR_LAYOUT, "b:", "row-major", "column-major");
+}
+
+TEST(Validation, GemmAcceptsTransposedViews) {
+  // dW = dz^T a: a is dz^T (column-major view), b is a^T (column-major view): both valid layouts.
+  Gemm g;
+  auto& pool = g.pool;
+  g.a = transposed(g.pool.make(CODA_BF16, {16, 24}));
+  g.b = transposed(g.pool.make(CODA_BF16, {16, 40}));
+  coda_status const s = g.call();
+  EXPECT_TRUE(s == CODA_ERROR_ARCH || s == CODA_ERROR_DEVICE) << coda_status_string(s) << ": " << coda_last_error();
+  EXPECT_TRUE(pool.untouched());
+}
+
+TEST(Validation, GemmOutputDtypeFp32Allowed) {
+  Gemm g;
+  g.d = g.pool.make(CODA_FP32, {24, 40});
+  coda_status const s = g.call(1.0f, 1);
+  EXPECT_TRUE(s == CODA_ERROR_ARCH || s == CODA_ERROR_DEVICE) << coda_status_string(s) << ": " << coda_last_error();
+  EXPECT_TRUE(g.pool.untouched());
+}
+
+TEST(Validation, GemmOutputDtypeInt32Rejected) {
+  Gemm g;
+  auto& pool = g.pool;
+  g.d = g.pool.make(CODA_INT32, {24, 40});
+  EXPECT_REJECTED(g.call(), CODA_ERROR_DTYPE, "d:", "bf16 or fp16 or fp32");
+}
+
+}  // namespace
