@@ -211,7 +211,8 @@ struct ResidualRmsnormBwd {
 };
 /// B2: D = alpha dz w; c = x rstd; dx = dx_in + rstd (D gamma - c zdz); a = c gamma; dgamma[n] = sum_m D c.
 /// dz [M,N'], w [N',N], x [M,N], gamma [N], rstd [M], zdz [M], dx_in nullptr or [M,N].
-/// zdz is used as given: it must be (1/N) <D, a> row-wise, i.e. alpha * (1/N) sum_j z dz (see MATH.md notes).
+/// zdz is used as given. dx is the true gradient when zdz[m] = (1/N) sum_n D a = alpha (1/N) sum_j z dz, so a zdz
+/// produced from the unscaled dz (e.g. by F6 with upstream gradient 1) must be multiplied by alpha first.
 ResidualRmsnormBwd linear_residual_rmsnorm_bwd(const Matrix& dz, const Matrix& w, const Matrix& x,
                                                const Vector& gamma, const Vector& rstd, const Vector& zdz,
                                                const Matrix* dx_in, double alpha);
@@ -394,11 +395,21 @@ RmsnormPrepare rmsnorm_prepare_unfused(const Matrix& x, const Vector& gamma, dou
 Matrix linear_rowscale_unfused(const Matrix& h, const Matrix& w, const Vector& rstd, coda_dtype dtype);
 /// F3 unfused: z = R(R(h * rstd) w_gu^T); y = R(R(silu(g)) * u).
 Swiglu linear_rowscale_swiglu_unfused(const Matrix& h, const Matrix& w_gu, const Vector& rstd, coda_dtype dtype);
-/// F4 unfused (HF apply_rotary_pos_emb): z = R(R(h * rstd) w^T); theta = float(pos) * float(inv_freq) in float;
-/// cos, sin = R(cosf(theta)), R(sinf(theta)); out[2i] = R(R(z0 cos) - R(z1 sin)), out[2i+1] = R(R(z1 cos) + R(z0 sin)).
+/// How the unfused RoPE computes its angles.
+enum class RopeAngles {
+  /// theta = float(pos) * float(inv_freq) in float, as HF's LlamaRotaryEmbedding does: at pos ~ 1e5..1e6 the angle
+  /// is off by up to ulp(theta)/2 ~ 4e-3..3e-2 rad, which dominates the unfused error (a lenient bound).
+  kFloat32,
+  /// theta and cos/sin in double, then rounded like kFloat32's cos/sin: only the dtype roundings remain (a strict
+  /// bound that a kernel with naive float32 angles fails at large positions).
+  kExact,
+};
+/// F4 unfused (HF apply_rotary_pos_emb): z = R(R(h * rstd) w^T); theta per `angles`; cos, sin = R(cos theta),
+/// R(sin theta) (computed in float for kFloat32); out[2i] = R(R(z0 cos) - R(z1 sin)), out[2i+1] = R(R(z1 cos) +
+/// R(z0 sin)).
 Matrix linear_rowscale_rope_unfused(const Matrix& h, const Matrix& w_qkv, const Vector& rstd,
                                     const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
-                                    coda_dtype dtype);
+                                    coda_dtype dtype, RopeAngles angles = RopeAngles::kFloat32);
 /// F5 unfused: logits = R(R(h * rstd) w^T); capped = R(R(tanh(R(l / c))) * c) (three dtype ops); lse in float over
 /// the capped dtype logits; target logit = capped[t].
 Lse linear_rowscale_lse_unfused(const Matrix& h, const Matrix& w, const Vector& rstd, const Targets& targets,
@@ -410,7 +421,8 @@ CrossEntropy cross_entropy_unfused(const Matrix& logits, const Targets& targets,
 /// B1 unfused (autograd of HF RoPE): dz[2i] = R(R(d0 cos) + R(d1 sin)), dz[2i+1] = R(R(d1 cos) - R(d0 sin)) with
 /// the dtype cos/sin of F4 unfused; zdz = (1/hidden) float sum qkv dqkv.
 RopeBwd rope_bwd_zdz_unfused(const Matrix& qkv, const Matrix& dqkv, const Positions& positions,
-                             const Vector& inv_freq, const RopeHeads& heads, int64_t hidden_size, coda_dtype dtype);
+                             const Vector& inv_freq, const RopeHeads& heads, int64_t hidden_size, coda_dtype dtype,
+                             RopeAngles angles = RopeAngles::kFloat32);
 /// B2 unfused: D = R(alpha * fp32(dz w)), then autograd of HF LlamaRMSNorm in float with the saved float rstd
 /// (no zdz): a = R(gamma * R(x rstd)); dx = R(dx_in + R(direct dx)); dgamma = float sum_m R(D * R(x rstd)).
 ResidualRmsnormBwd linear_residual_rmsnorm_bwd_unfused(const Matrix& dz, const Matrix& w, const Matrix& x,

@@ -3,7 +3,8 @@
 //
 // Angles are pos * inv_freq computed in double: inv_freq is a float-valued double (24 significant bits), so the
 // product is exact for |pos| < 2^29 (29 + 24 <= 53 bits) and within 2^-53 relative beyond; std::cos/std::sin
-// reduce arguments of any size accurately. At pos ~ 1e5..1e6 a float32 angle would already be off by ~1e-3..1e-2 rad (one float ulp of theta).
+// reduce arguments of any size accurately. At pos ~ 1e5..1e6 a float32 angle would already be off by up to
+// 4e-3..3e-2 rad (half a float ulp of theta).
 #include "reference/reference.hpp"
 
 #include <cmath>

@@ -1,0 +1,62 @@
+// The named mainloop configs of CODA's fixed GEMM (CUTLASS types: include only from src/gemm/instances/*.cu and
+// other kernel translation units). A config fixes the CTA tile, the cluster, the warp-specialized schedule and the
+// tile scheduler; everything else (operand types and layouts, the epilogue program) is a FusedLinear parameter.
+// docs/GEMM.md gives the reasons for this set.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/epilogue/dispatch_policy.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+#include <type_traits>
+
+namespace coda::gemm::config {
+
+/// Mainloop config: CTA tile TileM x TileN x 64 (64 bf16 = one 128-byte swizzle row of K), cluster
+/// ClusterM x ClusterN, pingpong or cooperative schedule, persistent or stream-K tile scheduler.
+template <int TileM, int TileN, int ClusterM, int ClusterN, bool Pingpong, bool StreamK>
+struct Mainloop {
+  static_assert(!(Pingpong && StreamK), "CUTLASS sm90 pingpong kernels do not support the stream-K scheduler");
+  static_assert(Pingpong || TileM >= 128, "cooperative kernels stack two consumer warpgroups along M: tile M >= 128");
+
+  static constexpr int kTileM = TileM, kTileN = TileN, kTileK = 64;
+  static constexpr int kClusterM = ClusterM, kClusterN = ClusterN;
+  static constexpr bool kPingpong = Pingpong, kStreamK = StreamK;
+
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<kTileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  using KernelSchedule = std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                            cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = std::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using Scheduler = std::conditional_t<StreamK, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
+};
+
+/// Default: 731-797 TFLOP/s plain bf16 on H200 (CUTLASS_EVT.md section 7).
+struct Coop128x256x64C2x1 : Mainloop<128, 256, 2, 1, false, false> {
+  static constexpr char const* kName = "coop_128x256x64_c2x1";
+};
+/// Same tile without multicast: no cluster-pair rounding of the grid (small or odd tile counts).
+struct Coop128x256x64C1x1 : Mainloop<128, 256, 1, 1, false, false> {
+  static constexpr char const* kName = "coop_128x256x64_c1x1";
+};
+/// Pingpong overlaps one warpgroup's epilogue with the other's MMA: epilogue-heavy ops and small K.
+struct Pp128x128x64C2x1 : Mainloop<128, 128, 2, 1, true, false> {
+  static constexpr char const* kName = "pp_128x128x64_c2x1";
+};
+/// Pingpong with wide N tiles (each warpgroup owns 64 x 256): fewer B loads per FLOP at small M tiles.
+struct Pp64x256x64C2x1 : Mainloop<64, 256, 2, 1, true, false> {
+  static constexpr char const* kName = "pp_64x256x64_c2x1";
+};
+/// Tall cooperative tile; cluster along N so a cluster covers 256 x 256.
+struct Coop256x128x64C1x2 : Mainloop<256, 128, 1, 2, false, false> {
+  static constexpr char const* kName = "coop_256x128x64_c1x2";
+};
+/// Cooperative 128x256 with the stream-K scheduler: Decomposition picks data-parallel, stream-K or split-K at run
+/// time (3-5 % on wave-quantised shapes, CUTLASS_EVT.md section 7).
+struct Sk128x256x64C2x1 : Mainloop<128, 256, 2, 1, false, true> {
+  static constexpr char const* kName = "sk_128x256x64_c2x1";
+};
+
+}  // namespace coda::gemm::config

@@ -1,0 +1,30 @@
+// Shared by the plain-GEMM instance files: one FusedLinear instantiation per .cu (see plain_kernels.hpp).
+#pragma once
+
+#include "gemm/fused_linear.hpp"
+#include "gemm/linear_combination.hpp"
+#include "gemm/plain_kernels.hpp"
+
+#include <cutlass/numeric_types.h>
+
+namespace coda::gemm::plain {
+
+/// Operand layouts in CUTLASS tags (A is M x K, B is K x N).
+struct FwdLayout {  // A K-major, B K-major
+  using A = cutlass::layout::RowMajor;
+  using B = cutlass::layout::ColumnMajor;
+};
+struct DgradLayout {  // A K-major, B N-major
+  using A = cutlass::layout::RowMajor;
+  using B = cutlass::layout::RowMajor;
+};
+struct WgradLayout {  // A M-major, B N-major
+  using A = cutlass::layout::ColumnMajor;
+  using B = cutlass::layout::RowMajor;
+};
+
+template <class Config, class Layout, class ElementD>
+using PlainGemm = FusedLinear<Config, LinearCombinationEpilogue, cutlass::bfloat16_t, ElementD, typename Layout::A,
+                              typename Layout::B>;
+
+}  // namespace coda::gemm::plain

@@ -1,0 +1,45 @@
+// The plain GEMM's epilogue program: D = alpha * acc + beta * C, written as an explicit EVT so it doubles as the
+// worked example of the Epilogue concept that FusedLinear takes (fused_linear.hpp). CUTLASS-heavy header.
+//
+//   root = homogeneous_multiply_add(beta, C, alpha * acc)      (fp32 math, one rounding to ElementD)
+//
+// This tree has the shape CUTLASS optimises (Sm90TreeVisitor specialisation for multiply_add with a scalar first
+// operand and Sm90SrcFetch second): when beta == 0 the C tile is never loaded, so one instantiation serves both
+// "overwrite" (beta = 0) and "accumulate into D" (C = D, beta = 1) without extra memory traffic for the former.
+#pragma once
+
+#include "gemm/kernel_api.hpp"
+#include "gemm/plain_kernels.hpp"
+
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/functional.h>
+
+namespace coda::gemm {
+
+struct LinearCombinationEpilogue {
+  using Args = LinearCombinationArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementD = typename Traits::ElementD;
+    using ElementC = ElementD;  // the accumulate source is D itself
+    static constexpr auto kRound = Traits::kRound;
+
+    using Scalar = cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>;
+    using AlphaTimesAcc = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Scalar,
+        cutlass::epilogue::fusion::Sm90AccFetch>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, Scalar,
+        cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>, AlphaTimesAcc>;
+
+    /// Arguments mirror the tree: {child 0, child 1, child 2, node}; op_2 is the alpha * acc subtree.
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, Operands const& /*operands*/) {
+      out.op_0.scalars[0] = args.beta;
+      out.op_2.op_0.scalars[0] = args.alpha;
+    }
+  };
+};
+
+}  // namespace coda::gemm

@@ -1,0 +1,196 @@
+#include "runtime/autotune.hpp"
+
+#include "common/error.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+
+namespace coda::runtime {
+
+namespace {
+
+/// cudaEvent_t owner (timing events, destroyed on every exit path).
+class Events {
+ public:
+  explicit Events(size_t n) : events_(n, nullptr) {
+    for (auto& e : events_) CODA_CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~Events() {
+    for (auto e : events_) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+  }
+  Events(Events const&) = delete;
+  Events& operator=(Events const&) = delete;
+  cudaEvent_t operator[](size_t i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+float elapsed_ms(cudaEvent_t start, cudaEvent_t stop) {
+  float ms = 0.0f;
+  CODA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  return ms;
+}
+
+/// Runs one launch; false if it threw a CODA error or left a CUDA launch error (the error is cleared).
+bool try_launch(TuneCandidate const& c, cudaStream_t stream) {
+  try {
+    c.launch(stream);
+  } catch (coda::detail::Error const&) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return cudaGetLastError() == cudaSuccess;
+}
+
+}  // namespace
+
+std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates, cudaStream_t stream,
+                                   TimingOptions const& options) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  int const max_reps = std::max(1, options.max_reps);
+  int const min_reps = std::clamp(options.min_reps, 1, max_reps);
+  Events events(static_cast<size_t>(max_reps) + 2);
+  std::vector<float> result(candidates.size(), kInf);
+  std::vector<float> samples;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    TuneCandidate const& c = candidates[i];
+    // Warm-up (first launch: module load, descriptor setup, caches), then one run for the estimate.
+    if (!try_launch(c, stream)) continue;
+    CODA_CUDA_CHECK(cudaEventRecord(events[0], stream));
+    if (!try_launch(c, stream)) continue;
+    CODA_CUDA_CHECK(cudaEventRecord(events[1], stream));
+    CODA_CUDA_CHECK(cudaEventSynchronize(events[1]));
+    float const estimate = elapsed_ms(events[0], events[1]);
+    int reps = estimate > 0.0f ? static_cast<int>(std::ceil(options.target_ms / estimate)) : max_reps;
+    reps = std::clamp(reps, min_reps, max_reps);
+
+    samples.assign(1, estimate);
+    bool ok = true;
+    CODA_CUDA_CHECK(cudaEventRecord(events[0], stream));
+    for (int r = 0; r < reps && ok; ++r) {
+      ok = try_launch(c, stream);
+      CODA_CUDA_CHECK(cudaEventRecord(events[static_cast<size_t>(r) + 1], stream));
+    }
+    CODA_CUDA_CHECK(cudaEventSynchronize(events[static_cast<size_t>(reps)]));
+    if (!ok) continue;
+    for (int r = 0; r < reps; ++r) {
+      samples.push_back(elapsed_ms(events[static_cast<size_t>(r)], events[static_cast<size_t>(r) + 1]));
+    }
+    std::sort(samples.begin(), samples.end());
+    result[i] = samples[samples.size() / 2];
+  }
+  return result;
+}
+
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t const err = cudaStreamIsCapturing(stream, &status);
+  if (err != cudaSuccess) {
+    // Querying the legacy stream while another stream captures in global mode fails: treat as capturing.
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+std::string const& device_signature(int device) {
+  static std::mutex mutex;
+  static std::unordered_map<int, std::string> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  cudaDeviceProp prop{};
+  CODA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::string name = prop.name;
+  for (char& ch : name) {
+    if (ch == '|' || ch == '\t' || ch == '\n') ch = '_';
+  }
+  return cache.emplace(device, coda::detail::concat(name, "/sm", prop.multiProcessorCount, "/cc", prop.major, ".",
+                                                   prop.minor))
+      .first->second;
+}
+
+TuneCache& TuneCache::global() {
+  static TuneCache* const cache = new TuneCache();  // never destroyed: usable from exit handlers and other threads
+  return *cache;
+}
+
+void TuneCache::load_file_locked(std::string const& path) {
+  file_.clear();
+  file_loaded_ = true;
+  loaded_path_ = path;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t const t1 = line.find('\t');
+    if (t1 == std::string::npos || t1 == 0) continue;
+    size_t const t2 = line.find('\t', t1 + 1);
+    std::string winner = line.substr(t1 + 1, t2 == std::string::npos ? std::string::npos : t2 - t1 - 1);
+    if (winner.empty()) continue;
+    file_[line.substr(0, t1)] = std::move(winner);
+  }
+}
+
+std::optional<std::string> TuneCache::find(std::string const& key, int device) {
+  std::string const memory_key = coda::detail::concat(key, "|dev", device);
+  std::string const path = env_string("CODA_AUTOTUNE_CACHE");
+  std::string file_key;
+  if (!path.empty()) file_key = coda::detail::concat(key, "|", device_signature(device));
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = memory_.find(memory_key);
+  if (it != memory_.end()) return it->second;
+  if (path.empty()) return std::nullopt;
+  if (!file_loaded_ || loaded_path_ != path) load_file_locked(path);
+  auto f = file_.find(file_key);
+  if (f == file_.end()) return std::nullopt;
+  memory_[memory_key] = f->second;
+  return f->second;
+}
+
+void TuneCache::store(std::string const& key, int device, std::string const& winner, float ms) {
+  std::string const memory_key = coda::detail::concat(key, "|dev", device);
+  std::string const path = env_string("CODA_AUTOTUNE_CACHE");
+  std::string file_key;
+  if (!path.empty()) file_key = coda::detail::concat(key, "|", device_signature(device));
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_[memory_key] = winner;
+  if (path.empty()) return;
+  if (!file_loaded_ || loaded_path_ != path) load_file_locked(path);
+  file_[file_key] = winner;
+  // Append one line; a cache file that cannot be written is not an error (tuning still worked).
+  if (std::FILE* out = std::fopen(path.c_str(), "a")) {
+    std::fprintf(out, "%s\t%s\t%.6f\n", file_key.c_str(), winner.c_str(), static_cast<double>(ms));
+    std::fclose(out);
+  }
+}
+
+void TuneCache::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_.clear();
+  file_.clear();
+  file_loaded_ = false;
+  loaded_path_.clear();
+}
+
+std::string env_string(char const* name) {
+  char const* value = std::getenv(name);
+  return value != nullptr ? std::string(value) : std::string();
+}
+
+bool env_flag(char const* name) {
+  std::string v = env_string(name);
+  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return !(v.empty() || v == "0" || v == "false" || v == "off" || v == "no");
+}
+
+}  // namespace coda::runtime

@@ -1,0 +1,82 @@
+// Autotuning support shared by every op that has more than one kernel for a problem: event timing of candidate
+// launches on the caller's stream, and a thread-safe winner cache keyed by (op key, device), optionally persisted
+// in a text file. The op decides what its candidates are and what the key contains (src/gemm/gemm.cu is the first
+// user); this file knows nothing about GEMMs.
+//
+// Environment:
+//   CODA_AUTOTUNE_CACHE=<file>  load winners from <file> on first use and append every new winner to it. Lines are
+//                               "<key>\t<winner>\t<ms>" where <key> ends with the device signature (name, SM count,
+//                               compute capability), so one file can serve several GPU models. Later lines win.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace coda::runtime {
+
+/// A candidate kernel: a stable name (the op can parse it back) and a function that enqueues one run on a stream.
+/// `launch` may throw coda::detail::Error (the candidate is then skipped).
+struct TuneCandidate {
+  std::string name;
+  std::function<void(cudaStream_t)> launch;
+};
+
+struct TimingOptions {
+  int min_reps = 2;         ///< timed runs per candidate, at least
+  int max_reps = 10;        ///< and at most
+  float target_ms = 25.0f;  ///< aim for about this much timed work per candidate
+};
+
+/// Times each candidate on `stream`: one warm-up run, one run to estimate the time, then `reps` event-timed runs
+/// (reps from TimingOptions and the estimate); returns the median time in ms per candidate, +infinity for a
+/// candidate that threw or failed to launch. Blocks the calling thread until the timing runs finish. The stream
+/// must not be capturing a CUDA graph (check with stream_is_capturing first).
+std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates, cudaStream_t stream,
+                                   TimingOptions const& options = {});
+
+/// True if `stream` (or, for the legacy default stream, the device) is capturing a CUDA graph: no timing then.
+bool stream_is_capturing(cudaStream_t stream);
+
+/// "<device name>/sm<multiprocessors>/cc<major>.<minor>" of a CUDA device (cached per ordinal).
+std::string const& device_signature(int device);
+
+/// The cache of autotuning winners. One process-wide instance; every member is thread-safe.
+class TuneCache {
+ public:
+  static TuneCache& global();
+
+  /// The winner recorded for (key, device) in this process, or loaded from CODA_AUTOTUNE_CACHE for a device with
+  /// the same signature; nullopt if none.
+  std::optional<std::string> find(std::string const& key, int device);
+  /// Records a winner in memory and, when CODA_AUTOTUNE_CACHE is set, appends it to that file.
+  void store(std::string const& key, int device, std::string const& winner, float ms);
+  /// Forgets every in-memory winner (the file is left alone and is read again on the next find).
+  void clear();
+  /// Held by an op while it tunes, so that two threads do not time the same problem at once (and timings do not
+  /// overlap). Re-check `find` after taking it.
+  std::mutex& tuning_mutex() { return tuning_mutex_; }
+
+ private:
+  TuneCache() = default;
+  void load_file_locked(std::string const& path);
+
+  std::mutex mutex_;
+  std::mutex tuning_mutex_;
+  std::unordered_map<std::string, std::string> memory_;  // "<key>|dev<ordinal>" -> winner
+  std::unordered_map<std::string, std::string> file_;    // "<key>|<signature>" -> winner, from the cache file
+  std::string loaded_path_;
+  bool file_loaded_ = false;
+};
+
+/// Value of an environment variable ("" when unset).
+std::string env_string(char const* name);
+/// True when the variable is set to anything but "", "0", "false", "off" or "no".
+bool env_flag(char const* name);
+
+}  // namespace coda::runtime
