@@ -87,7 +87,8 @@ typedef struct coda_tensor {
   int32_t device;
 } coda_tensor;
 
-/** Options of the cross-entropy ops (F6). Zero-initialised = plain mean cross-entropy, ignore_index -100. */
+/** Options of the cross-entropy ops (F6). Start from coda_ce_options_default() (PyTorch's defaults); a
+ *  zero-initialised struct means reduction none and ignore_index 0. */
 typedef struct coda_ce_options {
   int64_t ignore_index;    /**< rows whose target equals this get loss 0 and gradient 0 (any value) */
   coda_reduction reduction;
@@ -209,7 +210,8 @@ CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N);
  * \param targets [M] int32|int64; values in [0,V) or ignore_index.
  * \param softcap >= 0 (0 = off). \param ignore_index any value.
  * \param lse_out [M] fp32. \param target_logit_out [M] fp32.
- * \param logits_out NULL, or [M,V] same dtype as h to also store the logits.
+ * \param logits_out NULL, or [M,V] same dtype as h to also store the logits (raw: before softcap, as
+ *        coda_cross_entropy takes them).
  */
 CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
                                               const coda_tensor* targets, float softcap, int64_t ignore_index,
@@ -260,11 +262,13 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
 /**
  * B2: dgrad of a linear whose input was a = rstd * x * gamma, fused with the RMSNorm backward.
  *   D = alpha * dz w;  c = x * rstd;
- *   dx = dx_in + rstd * (D * gamma - c * zdz)   (dx_in = 0 when NULL)
+ *   dx = dx_in + rstd * (D * gamma - alpha * c * zdz)   (dx_in = 0 when NULL)
  *   a  = c * gamma                              (recomputed normalised input, for dW = dz^T a)
  *   dgamma[n] = sum_m D[m,n] c[m,n]             (per-tile partials, finished deterministically)
  * \param dz [M,N'] bf16|fp16. \param w [N',N] same dtype. \param x [M,N]. \param gamma [N]. \param rstd [M] fp32.
- * \param zdz [M] fp32. \param dx_in NULL or [M,N] same dtype. \param alpha scale of the GEMM (1 normally).
+ * \param zdz [M] fp32: (1/N) sum_j z dz for the dz passed here (as F6, B1, B3 produce it); alpha scales it with D.
+ * \param dx_in NULL or [M,N] same dtype.
+ * \param alpha scale of dz (1 normally; e.g. upstream gradient / token count for the LM head).
  * \param dx_out [M,N]; may alias dx_in exactly (in-place accumulation), must not alias x or a_out.
  * \param a_out [M,N] same dtype. \param dgamma_out [N] fp32.
  */

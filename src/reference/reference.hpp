@@ -209,10 +209,10 @@ struct ResidualRmsnormBwd {
   Matrix a;      ///< [M,N] recomputed normalised input c * gamma
   Vector dgamma; ///< [N]
 };
-/// B2: D = alpha dz w; c = x rstd; dx = dx_in + rstd (D gamma - c zdz); a = c gamma; dgamma[n] = sum_m D c.
+/// B2: D = alpha dz w; c = x rstd; dx = dx_in + rstd (D gamma - alpha c zdz); a = c gamma; dgamma[n] = sum_m D c.
 /// dz [M,N'], w [N',N], x [M,N], gamma [N], rstd [M], zdz [M], dx_in nullptr or [M,N].
-/// zdz is used as given. dx is the true gradient when zdz[m] = (1/N) sum_n D a = alpha (1/N) sum_j z dz, so a zdz
-/// produced from the unscaled dz (e.g. by F6 with upstream gradient 1) must be multiplied by alpha first.
+/// zdz is the row dot of the dz passed here, zdz[m] = (1/N) sum_j z dz (as F6 / B1 / B3 produce it, before
+/// alpha); alpha scales D and zdz alike, so dx is the true gradient of alpha * <dz, z>.
 ResidualRmsnormBwd linear_residual_rmsnorm_bwd(const Matrix& dz, const Matrix& w, const Matrix& x,
                                                const Vector& gamma, const Vector& rstd, const Vector& zdz,
                                                const Matrix* dx_in, double alpha);

@@ -126,7 +126,7 @@ ResidualRmsnormBwd linear_residual_rmsnorm_bwd(const Matrix& dz, const Matrix& w
     for (int64_t n = 0; n < x.cols; ++n) {
       const double c = x(m, n) * r;
       const double g = gamma[idx(n)];
-      out.dx(m, n) = (dx_in ? (*dx_in)(m, n) : 0.0) + r * (d(m, n) * g - c * zdz[idx(m)]);
+      out.dx(m, n) = (dx_in ? (*dx_in)(m, n) : 0.0) + r * (d(m, n) * g - c * alpha * zdz[idx(m)]);
       out.a(m, n) = c * g;
       out.dgamma[idx(n)] += d(m, n) * c;
     }

@@ -181,7 +181,7 @@ std::vector<Output> all_outputs(coda_dtype dt, uint64_t seed, RopeAngles angles 
   add("B1 dz", b1.dz, b1u.dz, dt);
   add_v("B1 zdz", b1.zdz, b1u.zdz, CODA_FP32);
 
-  // B2 on stored dz, x, gamma, fp32 rstd and zdz (zdz = alpha (1/d) <dz, z>), with dx_in and alpha.
+  // B2 on stored dz, x, gamma, fp32 rstd and zdz (zdz = (1/d) <dz, z>, scaled by alpha inside B2), with dx_in and alpha.
   const double alpha = 0.5;
   const Matrix dz = act(m_rows, f_width);
   const Matrix x = round_to(f1.x, dt);
@@ -189,7 +189,7 @@ std::vector<Output> all_outputs(coda_dtype dt, uint64_t seed, RopeAngles angles 
   Matrix a_exact = scale_rows(x, rstd_x);
   for (int64_t i = 0; i < a_exact.rows; ++i)
     for (int64_t j = 0; j < a_exact.cols; ++j) a_exact(i, j) *= gamma[static_cast<size_t>(j)];
-  const Vector zdz_in = round_to(row_dot(dz, linear(a_exact, w2), alpha / static_cast<double>(d)), CODA_FP32);
+  const Vector zdz_in = round_to(row_dot(dz, linear(a_exact, w2), 1.0 / static_cast<double>(d)), CODA_FP32);
   const Matrix dx_in = act(m_rows, d);
   const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(dz, w2, x, gamma, rstd_x, zdz_in, &dx_in, alpha);
   const ResidualRmsnormBwd b2u = linear_residual_rmsnorm_bwd_unfused(dz, w2, x, gamma, rstd_x, &dx_in, alpha, dt);

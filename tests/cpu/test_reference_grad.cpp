@@ -51,7 +51,7 @@ TEST(ReferenceGrad, DirectRmsnormBackward) {
 }
 
 // B2: f = alpha <dz, rmsnorm(x) W^T> + <dx_in, x>, so df/dx = B2.dx, df/dgamma = B2.dgamma,
-// df/dW = alpha dz^T a, with zdz = alpha (1/N) sum_j z dz (the zdz that B2 must be given when alpha != 1).
+// df/dW = alpha dz^T a, with zdz = (1/N) sum_j z dz (B2 scales it by alpha together with D).
 TEST(ReferenceGrad, B2LinearResidualRmsnormBwd) {
   for (const bool with_dx_in : {false, true}) {
     for (const double alpha : {1.0, 0.37}) {
@@ -71,7 +71,7 @@ TEST(ReferenceGrad, B2LinearResidualRmsnormBwd) {
       };
       const Vector rstd = rmsnorm_rstd_rows(x, eps);
       const Matrix z = linear(rmsnorm(x, gamma, eps), w);
-      const Vector zdz = row_dot(dz, z, alpha / static_cast<double>(n));
+      const Vector zdz = row_dot(dz, z, 1.0 / static_cast<double>(n));
       const ResidualRmsnormBwd b = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in_ptr, alpha);
 
       expect_grad(numeric_gradient([&](const Matrix& xx) { return f(xx, gamma, w); }, x), b.dx, "dx");
@@ -268,8 +268,8 @@ TEST(ReferenceGrad, LmHeadChainThroughB2) {
 }
 
 // The LM-head use of B2's alpha: F6 run with upstream gradient 1 (sum), the scale G applied as alpha in the dgrad
-// GEMM. Then zdz must be scaled by alpha as well (B2 uses zdz as given); unscaled, dx is wrong.
-TEST(ReferenceGrad, B2AlphaNeedsZdzScaledByAlpha) {
+// GEMM. zdz comes from F6 unscaled; B2 scales it by alpha together with D. Pre-scaling it by hand is then wrong.
+TEST(ReferenceGrad, B2AlphaScalesZdzToo) {
   Rng rng(18);
   const int64_t m_rows = 5, d = 12, vocab = 9;
   const double eps = 1e-5, g_upstream = 0.25;
@@ -284,15 +284,14 @@ TEST(ReferenceGrad, B2AlphaNeedsZdzScaledByAlpha) {
   };
   const Vector rstd = rmsnorm_rstd_rows(x, eps);
   const CrossEntropy ce = cross_entropy(linear(rmsnorm(x, gamma, eps), w), targets, opt, {}, d);
+  const Matrix num = numeric_gradient(loss, x);
+  const ResidualRmsnormBwd good = linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, ce.zdz, nullptr, g_upstream);
+  expect_grad(num, good.dx, "dx with F6's zdz and alpha");
   Vector zdz_scaled = ce.zdz;
   for (double& v : zdz_scaled) v *= g_upstream;
-  const Matrix num = numeric_gradient(loss, x);
-  const ResidualRmsnormBwd good =
-      linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, zdz_scaled, nullptr, g_upstream);
-  expect_grad(num, good.dx, "dx with alpha-scaled zdz");
   const ResidualRmsnormBwd bad =
-      linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, ce.zdz, nullptr, g_upstream);
-  EXPECT_GT(max_abs_diff(num, bad.dx), 1e-3 * max_abs(num)) << "unscaled zdz should not match";
+      linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, zdz_scaled, nullptr, g_upstream);
+  EXPECT_GT(max_abs_diff(num, bad.dx), 1e-3 * max_abs(num)) << "alpha applied twice to zdz should not match";
   // Same result as F6 with the upstream gradient inside dlogits and alpha = 1.
   const CrossEntropy ce_g = cross_entropy(linear(rmsnorm(x, gamma, eps), w), targets, opt, {g_upstream}, d);
   const ResidualRmsnormBwd same = linear_residual_rmsnorm_bwd(ce_g.dlogits, w, x, gamma, rstd, ce_g.zdz, nullptr, 1.0);

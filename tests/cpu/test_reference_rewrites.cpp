@@ -99,7 +99,7 @@ TEST(ReferenceRewrites, ZdzIdentityAndB2EqualsDirectBackward) {
   expect_rel(row_dot(d_mat, a, 1.0), row_dot(dz, z, 1.0), 1e-13, "<D, a> == <dz, z>");
 
   // B2 with zdz = alpha (1/N) <dz, z> equals dx_in + the textbook backward of RMSNorm with dn = alpha dz W.
-  const Vector zdz = row_dot(dz, z, alpha / static_cast<double>(n));
+  const Vector zdz = row_dot(dz, z, 1.0 / static_cast<double>(n));
   const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, &dx_in, alpha);
   Matrix dn = d_mat;
   for (double& v : dn.data) v *= alpha;
