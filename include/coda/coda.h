@@ -146,6 +146,8 @@ CODA_API size_t coda_linear_residual_rmsnorm_workspace_size(int64_t M, int64_t N
 
 /**
  * Final reduce of F1 (also usable on its own): rstd[m] = 1 / sqrt(sum_t partials[t,m] / n_features + eps).
+ * In fp32: the partials of a row are added in tile order t = 0, 1, ..., T-1, then 1.0f / sqrtf(...) with IEEE
+ * division and square root (deterministic, independent of the launch). M == 0: nothing is launched.
  * \param partials   [T,M] fp32, unit stride along M, row stride >= M (per-(row, N-tile) sums of squares).
  * \param n_features the row length N the squares were summed over (> 0).  \param eps > 0.
  * \param rstd_out   [M] fp32, contiguous. Must not overlap partials.
@@ -156,6 +158,8 @@ CODA_API coda_status coda_rmsnorm_rstd(const coda_tensor* partials, int64_t n_fe
 /**
  * First-layer norm preparation (no GEMM precedes the first norm):
  *   rstd[m] = 1 / sqrt(mean_n x[m,n]^2 + eps),  h = x * gamma.
+ * One pass over x: the sum of squares is fp32 (fixed reduction order), h = x * gamma is formed in fp32 (exact for
+ * 16-bit inputs) and rounded once to the dtype. Rows of x and h may be padded (row stride >= N). M == 0: no launch.
  * \param x [M,N] bf16|fp16 row-major (e.g. embeddings). \param gamma [N] same dtype. \param eps > 0.
  * \param h_out [M,N] same dtype (must not overlap x). \param rstd_out [M] fp32.
  */
@@ -225,6 +229,12 @@ CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V);
  *   loss[m] = (1-ls)(lse - l_t) + ls (lse - mean_j l_j) + z_loss * lse^2 (0 for ignored rows), reduced per
  *   options->reduction; dlogits[m,j] = g_m (p_j - (1-ls)[j=t] - ls/V + 2 z_loss lse p_j) (* (1 - tanh^2) under
  *   softcap), 0 for ignored rows; zdz[m] = (1/hidden_size) sum_j l[m,j] dlogits[m,j] (l before softcap).
+ * Statistics, loss and gradient are computed in fp32 (row scalars in double); each dlogits element is rounded once
+ * to the logits dtype. zdz uses the fp32 gradient before that rounding and the raw logits as stored. Reductions
+ * are deterministic (per-row losses in the workspace, then one fixed-order sum; no atomics).
+ * A target outside [0,V) that is not ignore_index is an error that is reported without a host sync: that row's
+ * loss, dlogits and zdz are NaN and it counts as a non-ignored row, so a mean or sum loss is NaN as well.
+ * M == 0: nothing is launched; for mean/sum, loss_out is set to 0 (no workspace needed).
  * \param logits [M,V] bf16|fp16 row-major (raw, before softcap). \param targets [M] int32|int64.
  * \param options NULL for coda_ce_options_default().
  * \param grad_loss NULL (upstream gradient 1), a [] fp32 scalar (mean/sum), or [M] fp32 (reduction none).
@@ -233,6 +243,8 @@ CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V);
  * \param loss_out [] fp32 for mean/sum, [M] fp32 for none.
  * \param dlogits_out NULL (loss only), or [M,V] same dtype as logits; may alias logits exactly (in place).
  * \param zdz_out NULL or [M] fp32 (requires dlogits_out).
+ * Workspace: coda_cross_entropy_workspace_size(M, V) bytes (per-row losses and the non-ignored row count; it
+ * depends on M only).
  */
 CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_tensor* targets,
                                         const coda_ce_options* options, const coda_tensor* grad_loss,
@@ -248,6 +260,9 @@ CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V);
 /**
  * B1: RoPE backward with the row dot: dz = R(-theta) dqkv per q/k pair (v passes through), and
  *   zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j]   (R is orthogonal, so pre-RoPE z is never needed).
+ * theta = positions[m] * inv_freq[i] and its cos/sin are computed in double (accurate at any position, e.g. > 1e6),
+ * then the rotation in fp32 with one rounding per output element; v columns are copied bit for bit; zdz is an fp32
+ * sum in a fixed order (deterministic). M == 0: nothing is launched.
  * \param qkv [M,W] bf16|fp16 (rotated, as saved by F4). \param dqkv [M,W] same dtype.
  * \param positions, inv_freq, n_q_heads, n_kv_heads, head_dim: as in coda_linear_rowscale_rope.
  * \param hidden_size d (> 0). \param dz_out [M,W] same dtype; may alias dqkv exactly (in place).

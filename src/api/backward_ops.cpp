@@ -1,10 +1,12 @@
 // C ABI entry points of the backward ops (coda.h B1-B3): validation, then dispatch to the kernels.
 #include <coda/coda.h>
+#include <cuda_runtime_api.h>
 
 #include <cmath>
 
 #include "api/checks.hpp"
 #include "api/guard.hpp"
+#include "kernels/kernels.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -67,8 +69,26 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
     api::require_same_or_disjoint(DZ, DQ);  // in place over dqkv is allowed
     api::check_disjoint({DZ}, {Q, P, F});
     api::check_disjoint({Z}, {Q, DQ, P, F, DZ});
-    api::require_same_device({Q, DQ, P, F, DZ, Z});
-    api::not_implemented("coda_rope_bwd_zdz", "issue 5: backward fused kernels");
+    int const device = api::require_same_device({Q, DQ, P, F, DZ, Z});
+    api::require_kernel_device(device, {Q, DQ, P, F, DZ, Z});
+    if (M == 0) return;
+    coda::kernels::RopeBwdArgs k;
+    k.dtype = Q.dtype();
+    k.M = M;
+    k.n_q_heads = n_q_heads;
+    k.n_kv_heads = n_kv_heads;
+    k.head_dim = head_dim;
+    k.qkv = qkv->data;
+    k.ld_qkv = Q.stride(0);
+    k.dqkv = dqkv->data;
+    k.ld_dqkv = DQ.stride(0);
+    k.positions = static_cast<int32_t const*>(positions->data);
+    k.inv_freq = static_cast<float const*>(inv_freq->data);
+    k.hidden_size = hidden_size;
+    k.dz = dz_out->data;
+    k.ld_dz = DZ.stride(0);
+    k.zdz = static_cast<float*>(zdz_out->data);
+    coda::kernels::rope_bwd_zdz(k, static_cast<cudaStream_t>(stream));
   });
 }
 

@@ -1,10 +1,12 @@
 // C ABI entry points of the forward ops (coda.h F1-F6): validation, then dispatch to the kernels.
 #include <coda/coda.h>
+#include <cuda_runtime_api.h>
 
 #include <cmath>
 
 #include "api/checks.hpp"
 #include "api/guard.hpp"
+#include "kernels/kernels.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -70,8 +72,12 @@ CODA_API coda_status coda_rmsnorm_rstd(const coda_tensor* partials, int64_t n_fe
     api::check_eps(eps);
     api::check_vector(S, P.size(1), {CODA_FP32}, "M", "partials.sizes[1]");
     api::check_disjoint({S}, {P});
-    api::require_same_device({P, S});
-    api::not_implemented("coda_rmsnorm_rstd", "issue 4: forward fused kernels");
+    int const device = api::require_same_device({P, S});
+    api::require_kernel_device(device, {P, S});
+    int64_t const T = P.size(0), M = P.size(1);
+    if (M == 0) return;
+    coda::kernels::rmsnorm_rstd(static_cast<float const*>(partials->data), T, M, T > 1 ? P.stride(0) : M, n_features,
+                                eps, static_cast<float*>(rstd_out->data), static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -90,8 +96,22 @@ CODA_API coda_status coda_rmsnorm_prepare(const coda_tensor* x, const coda_tenso
     api::check_activation(H, X, X.size(0), X.size(1), "M", "N");
     api::check_vector(S, X.size(0), {CODA_FP32}, "M", "x.sizes[0]");
     api::check_disjoint({H, S}, {X, G});
-    api::require_same_device({X, G, H, S});
-    api::not_implemented("coda_rmsnorm_prepare", "issue 4: forward fused kernels");
+    int const device = api::require_same_device({X, G, H, S});
+    api::require_kernel_device(device, {X, G, H, S});
+    int64_t const M = X.size(0), N = X.size(1);
+    if (M == 0) return;
+    coda::kernels::RmsnormPrepareArgs k;
+    k.dtype = X.dtype();
+    k.M = M;
+    k.N = N;
+    k.x = x->data;
+    k.ldx = M > 1 ? X.stride(0) : N;
+    k.gamma = gamma->data;
+    k.eps = eps;
+    k.h = h_out->data;
+    k.ldh = M > 1 ? H.stride(0) : N;
+    k.rstd = static_cast<float*>(rstd_out->data);
+    coda::kernels::rmsnorm_prepare(k, static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -186,7 +206,8 @@ CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_t
 }
 
 CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V) {
-  return api::round_up_256(static_cast<size_t>(M > 0 ? M : 0) * 2 * sizeof(float));
+  // Per-row losses (fp32 [M]) and the non-ignored row count; independent of V.
+  return coda::kernels::cross_entropy_workspace_size(M);
 }
 
 CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_tensor* targets,
@@ -251,8 +272,31 @@ CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_te
     api::check_disjoint({L, Z}, {LG, T, GL, D});
     api::check_disjoint({D}, {T, GL});
     api::require_workspace("coda_cross_entropy", workspace, workspace_bytes, coda_cross_entropy_workspace_size(M, V));
-    api::require_same_device({LG, T, GL, L, D, Z});
-    api::not_implemented("coda_cross_entropy", "issue 4: forward fused kernels");
+    int const device = api::require_same_device({LG, T, GL, L, D, Z});
+    api::require_kernel_device(device, {LG, T, GL, L, D, Z});
+    auto const s = static_cast<cudaStream_t>(stream);
+    if (M == 0) {
+      // Nothing to launch; a mean or sum over no rows is 0.
+      if (!per_row) CODA_CUDA_CHECK(cudaMemsetAsync(loss_out->data, 0, sizeof(float), s));
+      return;
+    }
+    coda::kernels::CrossEntropyArgs k;
+    k.dtype = LG.dtype();
+    k.M = M;
+    k.V = V;
+    k.logits = logits->data;
+    k.ld_logits = LG.stride(0);
+    k.targets = targets->data;
+    k.targets_int64 = T.dtype() == CODA_INT64;
+    k.options = o;
+    k.grad_loss = grad_loss != nullptr ? static_cast<float const*>(grad_loss->data) : nullptr;
+    k.hidden_size = zdz_out != nullptr ? hidden_size : 1;
+    k.loss = static_cast<float*>(loss_out->data);
+    k.dlogits = dlogits_out != nullptr ? dlogits_out->data : nullptr;
+    k.ld_dlogits = dlogits_out != nullptr ? D.stride(0) : 0;
+    k.zdz = zdz_out != nullptr ? static_cast<float*>(zdz_out->data) : nullptr;
+    k.workspace = workspace;
+    coda::kernels::cross_entropy(k, s);
   });
 }
 

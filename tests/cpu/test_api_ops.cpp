@@ -1,5 +1,6 @@
-// Op-specific validation rules, the not-yet-built ops (valid arguments must reach CODA_ERROR_NOT_IMPLEMENTED),
-// and the weight-layout helpers on host tensors (they run without a GPU).
+// Op-specific validation rules, the not-yet-built ops (valid arguments must reach CODA_ERROR_NOT_IMPLEMENTED), the
+// built non-GEMM kernels (valid arguments must reach the device stage), and the weight-layout helpers on host
+// tensors (they run without a GPU).
 #include <coda/coda.h>
 #include <coda/ops.hpp>
 #include <gtest/gtest.h>
@@ -35,6 +36,23 @@ using coda::test::TensorPool;
 #define EXPECT_REJECTED(call, want, ...) EXPECT_TRUE(Rejected(pool, (call), (want), {__VA_ARGS__}))
 #define EXPECT_NOT_BUILT(call, op) EXPECT_REJECTED(call, CODA_ERROR_NOT_IMPLEMENTED, op, "not in this build")
 
+bool has_sm90() {
+  int supported = 0;
+  return coda_device_supported(-1, &supported, nullptr, nullptr) == CODA_SUCCESS && supported == 1;
+}
+
+// Valid arguments in host memory (labelled as device 0) pass validation and reach the kernel's device stage: without
+// an sm_90 GPU it refuses with CODA_ERROR_ARCH; with one, it finds that the first "device" pointer (`first`, e.g.
+// "x:") is host memory. Either way nothing is written.
+#define EXPECT_DEVICE_STAGE(call, first)                                  \
+  do {                                                                    \
+    if (has_sm90()) {                                                     \
+      EXPECT_REJECTED(call, CODA_ERROR_DEVICE, first, "host memory");     \
+    } else {                                                              \
+      EXPECT_REJECTED(call, CODA_ERROR_ARCH, "sm_90");                    \
+    }                                                                     \
+  } while (0)
+
 constexpr int64_t M = 24, K = 64, N = 128;
 
 struct RowScale {
@@ -55,20 +73,6 @@ TEST(NotYetBuilt, LinearResidualRmsnorm) {
   size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(M, N);
   EXPECT_NOT_BUILT(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &x, &h, &s, pool.bytes(wsb), wsb, nullptr),
                    "coda_linear_residual_rmsnorm");
-}
-
-TEST(NotYetBuilt, RmsnormRstd) {
-  TensorPool pool;
-  coda_tensor p = pool.make(CODA_FP32, {3, 256}), s = pool.make(CODA_FP32, {250});
-  p.sizes[1] = 250;  // M = 250 with a padded stride of 256
-  EXPECT_NOT_BUILT(coda_rmsnorm_rstd(&p, 384, 1e-6f, &s, nullptr), "coda_rmsnorm_rstd");
-}
-
-TEST(NotYetBuilt, RmsnormPrepare) {
-  TensorPool pool;
-  coda_tensor x = pool.make(CODA_BF16, {M, N}), g = pool.make(CODA_BF16, {N});
-  coda_tensor h = pool.make(CODA_BF16, {M, N}), s = pool.make(CODA_FP32, {M});
-  EXPECT_NOT_BUILT(coda_rmsnorm_prepare(&x, &g, 1e-6f, &h, &s, nullptr), "coda_rmsnorm_prepare");
 }
 
 TEST(NotYetBuilt, LinearRowscale) {
@@ -140,24 +144,62 @@ struct Ce {
   }
 };
 
-TEST(NotYetBuilt, CrossEntropy) {
+// ---- non-GEMM kernels (src/kernels): valid arguments reach the device stage ------------------------------------
+
+TEST(DeviceStage, RmsnormRstd) {
+  TensorPool pool;
+  coda_tensor p = pool.make(CODA_FP32, {3, 256}), s = pool.make(CODA_FP32, {250});
+  p.sizes[1] = 250;  // M = 250 with a padded stride of 256
+  EXPECT_DEVICE_STAGE(coda_rmsnorm_rstd(&p, 384, 1e-6f, &s, nullptr), "partials:");
+  coda_tensor p1 = pool.make(CODA_FP32, {1, 7}), s1 = pool.make(CODA_FP32, {7});  // one tile row
+  EXPECT_DEVICE_STAGE(coda_rmsnorm_rstd(&p1, 8, 1e-5f, &s1, nullptr), "partials:");
+}
+
+TEST(DeviceStage, RmsnormPrepare) {
+  TensorPool pool;
+  coda_tensor x = pool.make(CODA_BF16, {M, N}), g = pool.make(CODA_BF16, {N});
+  coda_tensor h = pool.make(CODA_BF16, {M, N}), s = pool.make(CODA_FP32, {M});
+  EXPECT_DEVICE_STAGE(coda_rmsnorm_prepare(&x, &g, 1e-6f, &h, &s, nullptr), "x:");
+  coda_tensor xf = pool.make(CODA_FP16, {M, N}), gf = pool.make(CODA_FP16, {N}), hf = pool.make(CODA_FP16, {M, N});
+  EXPECT_DEVICE_STAGE(coda_rmsnorm_prepare(&xf, &gf, 1e-5f, &hf, &s, nullptr), "x:");
+}
+
+TEST(DeviceStage, CrossEntropy) {
   Ce f;
   auto& pool = f.pool;
-  EXPECT_NOT_BUILT(f.call(), "coda_cross_entropy");
-  EXPECT_NOT_BUILT(f.call(nullptr, &f.logits, &f.zdz), "coda_cross_entropy");  // dlogits in place over logits
+  EXPECT_DEVICE_STAGE(f.call(), "logits:");                               // loss only, mean
+  EXPECT_DEVICE_STAGE(f.call(nullptr, &f.logits, &f.zdz), "logits:");     // dlogits in place over logits
+  coda_tensor g = pool.make(CODA_FP32, {});
+  f.o.reduction = CODA_REDUCTION_SUM;
+  EXPECT_DEVICE_STAGE(f.call(&g, &f.dlogits), "logits:");                 // scalar upstream gradient, no zdz
   f.o.reduction = CODA_REDUCTION_NONE;
   coda_tensor loss_rows = pool.make(CODA_FP32, {M}), grad_rows = pool.make(CODA_FP32, {M});
   f.loss = loss_rows;
-  EXPECT_NOT_BUILT(f.call(&grad_rows, &f.dlogits, &f.zdz), "coda_cross_entropy");
+  f.t = pool.make(CODA_INT64, {M});
+  EXPECT_DEVICE_STAGE(f.call(&grad_rows, &f.dlogits, &f.zdz), "logits:");
 }
 
-TEST(NotYetBuilt, RopeBwdZdz) {
+TEST(DeviceStage, CrossEntropyWorkspaceDependsOnRowsOnly) {
+  EXPECT_EQ(coda_cross_entropy_workspace_size(0, 128256), 0u);
+  for (int64_t rows : {1, 7, 1000, 8192}) {
+    size_t const bytes = coda_cross_entropy_workspace_size(rows, 32000);
+    EXPECT_GE(bytes, static_cast<size_t>(rows) * sizeof(float) + sizeof(uint64_t)) << rows;
+    EXPECT_EQ(bytes % 256, 0u) << rows;
+    EXPECT_EQ(bytes, coda_cross_entropy_workspace_size(rows, 8)) << rows;
+  }
+}
+
+TEST(DeviceStage, RopeBwdZdz) {
   Rope f;
   auto& pool = f.pool;
-  coda_tensor dqkv = pool.make(CODA_BF16, {M, f.W}), zdz = pool.make(CODA_FP32, {M});
-  EXPECT_NOT_BUILT(coda_rope_bwd_zdz(&f.qkv, &dqkv, &f.pos, &f.inv_freq, f.hq, f.hkv, f.hd, 2048, &dqkv, &zdz,
-                                     nullptr),
-                   "coda_rope_bwd_zdz");
+  coda_tensor dqkv = pool.make(CODA_BF16, {M, f.W}), dz = pool.make(CODA_BF16, {M, f.W});
+  coda_tensor zdz = pool.make(CODA_FP32, {M});
+  EXPECT_DEVICE_STAGE(coda_rope_bwd_zdz(&f.qkv, &dqkv, &f.pos, &f.inv_freq, f.hq, f.hkv, f.hd, 2048, &dqkv, &zdz,
+                                        nullptr),
+                      "qkv:");  // dz in place over dqkv
+  EXPECT_DEVICE_STAGE(coda_rope_bwd_zdz(&f.qkv, &dqkv, &f.pos, &f.inv_freq, f.hq, f.hkv, f.hd, 2048, &dz, &zdz,
+                                        nullptr),
+                      "qkv:");
 }
 
 struct B2 {

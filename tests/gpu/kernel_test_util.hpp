@@ -1,0 +1,134 @@
+// Helpers shared by the GPU tests of the non-GEMM kernels (test_kernels_*.cpp): strided device tensors, 16-bit
+// row layouts with padding, fast deterministic random data for huge shapes, and acceptance-rule reporting.
+#pragma once
+
+#include <coda/coda.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/gpu_util.hpp"
+#include "reference/reference.hpp"
+
+namespace coda::test {
+
+inline int current_device() {
+  int device = 0;
+  cudaGetDevice(&device);
+  return device;
+}
+
+/// A row-major [rows, cols] tensor with row stride `ld` (elements) over `ptr` on the current device.
+inline coda_tensor strided_tensor(void* ptr, coda_dtype dtype, int64_t rows, int64_t cols, int64_t ld) {
+  coda_tensor t{};
+  t.data = ptr;
+  t.dtype = dtype;
+  t.rank = 2;
+  t.sizes[0] = rows;
+  t.sizes[1] = cols;
+  t.strides[0] = ld;
+  t.strides[1] = 1;
+  t.device = current_device();
+  return t;
+}
+
+/// A rank-0 (scalar) tensor over `ptr` on the current device.
+inline coda_tensor scalar_tensor(void* ptr, coda_dtype dtype) {
+  coda_tensor t{};
+  t.data = ptr;
+  t.dtype = dtype;
+  t.rank = 0;
+  t.device = current_device();
+  return t;
+}
+
+/// The 16-bit pattern that DeviceBuffer::poison leaves (a NaN in bf16 and fp16).
+constexpr uint16_t kPoison16 = 0xFFFF;
+
+inline bool is_nan_bits(uint16_t bits, coda_dtype dtype) {
+  return dtype == CODA_BF16 ? (bits & 0x7FFFu) > 0x7F80u : (bits & 0x7FFFu) > 0x7C00u;
+}
+
+/// Dense [rows, cols] -> [rows, ld] with `fill` in the padding.
+inline std::vector<uint16_t> pad_rows(std::vector<uint16_t> const& dense, int64_t rows, int64_t cols, int64_t ld,
+                                      uint16_t fill) {
+  std::vector<uint16_t> out(static_cast<size_t>(rows * ld), fill);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(dense.begin() + r * cols, cols, out.begin() + r * ld);
+  }
+  return out;
+}
+
+/// [rows, ld] -> dense [rows, cols].
+inline std::vector<uint16_t> unpad_rows(std::vector<uint16_t> const& padded, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<uint16_t> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(padded.begin() + r * ld, cols, out.begin() + r * cols);
+  return out;
+}
+
+/// True when every padding element of a [rows, ld] download still holds `fill` (the kernel wrote only [rows, cols]).
+inline bool padding_untouched(std::vector<uint16_t> const& padded, int64_t rows, int64_t cols, int64_t ld,
+                              uint16_t fill) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = cols; c < ld; ++c) {
+      if (padded[static_cast<size_t>(r * ld + c)] != fill) return false;
+    }
+  }
+  return true;
+}
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// n samples of N(mean, stddev^2) rounded to `dtype` (bf16/fp16), as 16-bit patterns. Counter-based (Box-Muller on
+/// a hash of (seed, index)), computed on all host cores, and independent of the thread count: fast enough for the
+/// 1e9-element logits of the huge shapes, where std::normal_distribution would take a minute.
+inline std::vector<uint16_t> normal_bits(int64_t n, double mean, double stddev, coda_dtype dtype, uint64_t seed) {
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  int64_t const pairs = (n + 1) / 2;
+  unsigned const hw = std::max(1u, std::thread::hardware_concurrency());
+  int64_t const n_threads = std::min<int64_t>(hw, std::max<int64_t>(1, pairs / 65536));
+  auto work = [&](int64_t begin, int64_t end) {
+    double const two_pi = 6.283185307179586;
+    for (int64_t p = begin; p < end; ++p) {
+      uint64_t const h = splitmix64(seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(p));
+      double const u1 = (static_cast<double>(h >> 32) + 0.5) / 4294967296.0;
+      double const u2 = (static_cast<double>(h & 0xFFFFFFFFull) + 0.5) / 4294967296.0;
+      double const r = std::sqrt(-2.0 * std::log(u1));
+      int64_t const i = 2 * p;
+      out[static_cast<size_t>(i)] = ref::to_bits(mean + stddev * r * std::cos(two_pi * u2), dtype);
+      if (i + 1 < n) out[static_cast<size_t>(i + 1)] = ref::to_bits(mean + stddev * r * std::sin(two_pi * u2), dtype);
+    }
+  };
+  std::vector<std::thread> threads;
+  int64_t const chunk = (pairs + n_threads - 1) / n_threads;
+  for (int64_t t = 0; t < n_threads; ++t) {
+    int64_t const b = t * chunk, e = std::min(pairs, b + chunk);
+    if (b < e) threads.emplace_back(work, b, e);
+  }
+  for (auto& th : threads) th.join();
+  return out;
+}
+
+/// gtest assertion over an acceptance result; prints "[ INFO ] what: message" when `print` (so the log shows both
+/// errors for a few cases).
+inline ::testing::AssertionResult Accepted(std::string const& what, ref::Acceptance const& a, bool print) {
+  if (print) std::printf("[ INFO     ] %s: %s\n", what.c_str(), a.message().c_str());
+  if (a.pass) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << a.message();
+}
+
+inline char const* dtype_name(coda_dtype dt) { return dt == CODA_BF16 ? "bf16" : dt == CODA_FP16 ? "fp16" : "fp32"; }
+
+}  // namespace coda::test
