@@ -52,6 +52,12 @@ void require_tensor(Arg a) {
     }
   }
   if (a.t->data == nullptr && numel(*a.t) > 0) fail(CODA_ERROR_INVALID_ARGUMENT, a.name, ": data pointer is NULL");
+  // Every element access needs natural alignment (an int64 target at an odd address faults on the device).
+  size_t const es = coda_dtype_size(a.t->dtype);
+  if (reinterpret_cast<uintptr_t>(a.t->data) % es != 0) {
+    fail(CODA_ERROR_MISALIGNED, a.name, ": data pointer is not aligned to its ", es, "-byte ",
+         dtype_name(a.t->dtype), " elements");
+  }
 }
 
 void require_rank(Arg a, int rank) {

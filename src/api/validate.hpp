@@ -24,7 +24,8 @@ struct Arg {
 char const* dtype_name(coda_dtype dtype);
 std::string shape_string(coda_tensor const& t);
 
-/// Non-null descriptor with a known dtype, rank in [0, CODA_MAX_RANK], sizes >= 0, strides >= 0, and a non-null
+/// Non-null descriptor with a known dtype, rank in [0, CODA_MAX_RANK], sizes >= 0, strides >= 0, a naturally
+/// aligned data pointer (element size), and a non-null
 /// data pointer when it holds elements.
 void require_tensor(Arg a);
 void require_rank(Arg a, int rank);

@@ -218,6 +218,14 @@ TEST(Validation, MisalignedPointer) {
   EXPECT_REJECTED(f.call(), CODA_ERROR_MISALIGNED, "a:", "16-byte aligned");
 }
 
+TEST(Validation, MisalignedElementPointer) {
+  // Vectors need no TMA alignment, but every element must be naturally aligned.
+  F1 f;
+  auto& pool = f.pool;
+  f.rstd.data = static_cast<char*>(f.rstd.data) + 2;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_MISALIGNED, "rstd_out", "4-byte fp32");
+}
+
 TEST(Validation, MisalignedRowStride) {
   F1 f;
   auto& pool = f.pool;
