@@ -44,11 +44,7 @@ void check_leading_dim(Arg t, Operand op) {
 extern "C" {
 
 CODA_API size_t coda_gemm_workspace_size(int64_t M, int64_t N, int64_t K) {
-  coda::gemm::GemmArgs args;
-  args.M = M;
-  args.N = N;
-  args.K = K;
-  return coda::gemm::workspace_size(args);
+  return coda::gemm::workspace_size_for_shape(M, N, K);
 }
 
 CODA_API coda_status coda_gemm(const coda_tensor* a, const coda_tensor* b, coda_tensor* d, float alpha,
@@ -60,7 +56,7 @@ CODA_API coda_status coda_gemm(const coda_tensor* a, const coda_tensor* b, coda_
     api::require_tensor(D);
     api::require_dtype(A, {CODA_BF16, CODA_FP16});
     api::require_same_dtype(B, A);
-    api::require_dtype(D, {CODA_BF16, CODA_FP16, CODA_FP32});
+    api::require_dtype(D, {A.dtype(), CODA_FP32});  // same 16-bit type as the inputs, or fp32
     Operand const oa = decode_operand(A);
     Operand const ob = decode_operand(B);
     api::require_rank(D, 2);

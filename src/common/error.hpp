@@ -33,14 +33,19 @@ template <typename... Parts>
   throw Error(status, concat(std::forward<Parts>(parts)...));
 }
 
+/// Accepts only bool: CODA_REQUIRE's guard against `if (ptr)`-style conditions (a deleted overload rather than a
+/// decltype static_assert, which nvcc mangles inside class templates).
+constexpr bool require_bool(bool b) { return b; }
+template <typename T>
+bool require_bool(T) = delete;
+
 }  // namespace coda::detail
 
 /// CODA_REQUIRE(cond, status, message parts...): throws coda::detail::Error(status, message) when cond is false.
 /// The condition must be a bool (an int or pointer is rejected at compile time: write the comparison).
 #define CODA_REQUIRE(cond, status, ...)                                                                          \
   do {                                                                                                           \
-    static_assert(std::is_same_v<std::decay_t<decltype(cond)>, bool>, "CODA_REQUIRE needs a bool condition");  \
-    if (!(cond)) ::coda::detail::fail((status), __VA_ARGS__);                                                    \
+    if (!::coda::detail::require_bool(cond)) ::coda::detail::fail((status), __VA_ARGS__);                        \
   } while (0)
 
 /// Throws CODA_ERROR_CUDA with the CUDA error name and the call text when a CUDA runtime call fails.

@@ -74,15 +74,18 @@ inline constexpr int kMaxCachedDevices = 64;
 
 /// A CUTLASS operand/output stride (rank 3: two matrix modes + batch) from a leading dimension. The unit-stride
 /// mode is the static one (cute::Int<1>); the other gets `ld`; the batch mode gets `batch`.
+template <class T>
+using bare_t = std::remove_cv_t<std::remove_reference_t<T>>;  // std::remove_cvref_t is C++20; nvcc builds C++17
+
 template <class Stride>
 Stride make_stride_from_ld(int64_t ld, int64_t batch) {
   Stride stride{};
-  if constexpr (cute::is_static_v<std::remove_cvref_t<decltype(cute::get<0>(stride))>>) {
+  if constexpr (cute::is_static_v<bare_t<decltype(cute::get<0>(stride))>>) {
     cute::get<1>(stride) = ld;
   } else {
     cute::get<0>(stride) = ld;
   }
-  if constexpr (!cute::is_static_v<std::remove_cvref_t<decltype(cute::get<2>(stride))>>) {
+  if constexpr (!cute::is_static_v<bare_t<decltype(cute::get<2>(stride))>>) {
     cute::get<2>(stride) = batch;
   }
   return stride;

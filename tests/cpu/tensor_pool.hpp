@@ -1,14 +1,16 @@
-// Host buffers dressed as device tensors for the validation tests: every byte starts as a sentinel, so a test can
+// Host buffers dressed as device tensors for the validation tests, and the EXPECT_REJECTED check: every byte starts as a sentinel, so a test can
 // prove that a rejected call wrote nothing (validation runs before any CUDA call, so host memory is safe here).
 #pragma once
 
 #include <coda/coda.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace coda::test {
@@ -65,4 +67,43 @@ class TensorPool {
   std::vector<Block> blocks_;
 };
 
+/// Checks a rejected call: its status, that the message contains every part (the argument name and the rule),
+/// and that no buffer of `pool` was written.
+inline ::testing::AssertionResult Rejected(TensorPool const& pool, coda_status got, coda_status want,
+                                           std::initializer_list<char const*> parts) {
+  std::string const msg = coda_last_error();
+  if (got != want) {
+    return ::testing::AssertionFailure() << "status " << coda_status_string(got) << ", expected "
+                                         << coda_status_string(want) << " (message: " << msg << ")";
+  }
+  for (char const* p : parts) {
+    if (msg.find(p) == std::string::npos) {
+      return ::testing::AssertionFailure() << "message \"" << msg << "\" does not contain \"" << p << "\"";
+    }
+  }
+  if (!pool.untouched()) return ::testing::AssertionFailure() << "a rejected call wrote memory";
+  return ::testing::AssertionSuccess();
+}
+
+/// True when the current CUDA device is sm_90 (false without a GPU or driver).
+inline bool has_sm90() {
+  int supported = 0;
+  return coda_device_supported(-1, &supported, nullptr, nullptr) == CODA_SUCCESS && supported == 1;
+}
+
 }  // namespace coda::test
+
+/// EXPECT_REJECTED(call, status, "message part", ...): needs a TensorPool named `pool` in scope.
+#define EXPECT_REJECTED(call, want, ...) EXPECT_TRUE(::coda::test::Rejected(pool, (call), (want), {__VA_ARGS__}))
+
+/// Valid arguments in host memory (labelled as device 0) pass validation and reach the kernel's device stage:
+/// without an sm_90 GPU it refuses with CODA_ERROR_ARCH; with one, it finds that the first "device" pointer
+/// (`first`, e.g. "x:") is host memory. Either way nothing is written.
+#define EXPECT_DEVICE_STAGE(call, first)                                 \
+  do {                                                                   \
+    if (::coda::test::has_sm90()) {                                      \
+      EXPECT_REJECTED(call, CODA_ERROR_DEVICE, first, "host memory");    \
+    } else {                                                             \
+      EXPECT_REJECTED(call, CODA_ERROR_ARCH, "sm_90");                   \
+    }                                                                    \
+  } while (0)

@@ -1,8 +1,11 @@
-// Plain GEMM kernel fwd_bf16_bf16_coop_128x256x64_c1x1: layout fwd, bf16 in, bf16 out, config coop_128x256x64_c1x1. One instantiation per file.
+// Plain GEMM kernel fwd_bf16_bf16_coop_128x256x64_c1x1:
+// layout fwd, bf16 in, bf16 out, config coop_128x256x64_c1x1. One instantiation per file (docs/GEMM.md).
 #include "gemm/instances/plain_instance.hpp"
 
 namespace coda::gemm::plain {
 
-Ops const& fwd_bf16_bf16_coop_128x256x64_c1x1() { return PlainGemm<config::Coop128x256x64C1x1, FwdLayout, cutlass::bfloat16_t>::ops(); }
+Ops const& fwd_bf16_bf16_coop_128x256x64_c1x1() {
+  return PlainGemm<config::Coop128x256x64C1x1, FwdLayout, cutlass::bfloat16_t>::ops();
+}
 
 }  // namespace coda::gemm::plain

@@ -1,8 +1,11 @@
-// Plain GEMM kernel wgrad_bf16_fp32_pp_128x128x64_c2x1: layout wgrad, bf16 in, fp32 out, config pp_128x128x64_c2x1. One instantiation per file.
+// Plain GEMM kernel wgrad_bf16_fp32_pp_128x128x64_c2x1:
+// layout wgrad, bf16 in, fp32 out, config pp_128x128x64_c2x1. One instantiation per file (docs/GEMM.md).
 #include "gemm/instances/plain_instance.hpp"
 
 namespace coda::gemm::plain {
 
-Ops const& wgrad_bf16_fp32_pp_128x128x64_c2x1() { return PlainGemm<config::Pp128x128x64C2x1, WgradLayout, float>::ops(); }
+Ops const& wgrad_bf16_fp32_pp_128x128x64_c2x1() {
+  return PlainGemm<config::Pp128x128x64C2x1, WgradLayout, float>::ops();
+}
 
 }  // namespace coda::gemm::plain

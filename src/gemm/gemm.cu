@@ -1,0 +1,567 @@
+// The plain GEMM's dispatcher: kernel registry, candidate names, autotuning and the run() entry point.
+// Host-only translation unit: no CUTLASS headers and no kernels (those are in src/gemm/instances/*.cu).
+#include "gemm/gemm.hpp"
+
+#include "common/error.hpp"
+#include "gemm/cublas_backend.hpp"
+#include "gemm/plain_kernels.hpp"
+#include "runtime/autotune.hpp"
+#include "runtime/device.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+
+namespace coda::gemm {
+
+int device_sm_count(int device) { return runtime::device_info(device).sm_count; }
+
+namespace {
+
+// ---- problem classes and the kernel registry ---------------------------------------------------------------------
+
+enum class Layout : uint8_t { kFwd, kDgrad, kWgrad, kOther };
+
+Layout layout_of(GemmArgs const& a) {
+  if (!a.a_col_major && !a.b_col_major) return Layout::kFwd;
+  if (!a.a_col_major && a.b_col_major) return Layout::kDgrad;
+  if (a.a_col_major && a.b_col_major) return Layout::kWgrad;
+  return Layout::kOther;  // A M-major with B K-major: no CODA kernel (cuBLAS)
+}
+
+char const* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kFwd: return "fwd (A K-major, B K-major)";
+    case Layout::kDgrad: return "dgrad (A K-major, B N-major)";
+    case Layout::kWgrad: return "wgrad (A M-major, B N-major)";
+    default: return "A M-major, B K-major";
+  }
+}
+
+char const* dtype_name(coda_dtype t) {
+  switch (t) {
+    case CODA_BF16: return "bf16";
+    case CODA_FP16: return "fp16";
+    case CODA_FP32: return "fp32";
+    case CODA_INT32: return "int32";
+    case CODA_INT64: return "int64";
+    default: return "?";
+  }
+}
+
+size_t dtype_bytes(coda_dtype t) { return t == CODA_FP32 ? 4 : 2; }
+
+/// One compiled kernel: which problems it serves (all take bf16 A and B) and its function table.
+struct Entry {
+  Layout layout;
+  coda_dtype dtype_d;
+  plain::Ops const& (*ops)();
+};
+
+// Order matters: within a layout, the first entry is the untuned default and stage 1 of tuning lists them in order.
+constexpr Entry kEntries[] = {
+    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_coop_128x256x64_c2x1},
+    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_coop_128x256x64_c1x1},
+    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_pp_128x128x64_c2x1},
+    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_pp_64x256x64_c2x1},
+    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_coop_256x128x64_c1x2},
+    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_sk_128x256x64_c2x1},
+    {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_sk_128x256x64_c2x1},
+    {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_pp_128x128x64_c2x1},
+    {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_sk_128x256x64_c2x1},
+    {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_pp_128x128x64_c2x1},
+    {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_sk_128x256x64_c2x1},
+    {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_pp_128x128x64_c2x1},
+};
+
+std::vector<plain::Ops const*> kernels_for(GemmArgs const& a) {
+  std::vector<plain::Ops const*> out;
+  if (a.dtype_ab != CODA_BF16) return out;
+  Layout const l = layout_of(a);
+  for (Entry const& e : kEntries) {
+    if (e.layout == l && e.dtype_d == a.dtype_d) out.push_back(&e.ops());
+  }
+  return out;
+}
+
+std::string describe(GemmArgs const& a) {
+  return coda::detail::concat("M=", a.M, " N=", a.N, " K=", a.K, " ", dtype_name(a.dtype_ab), " -> ",
+                              dtype_name(a.dtype_d), ", ", layout_name(layout_of(a)),
+                              a.accumulate ? ", accumulate" : "");
+}
+
+// ---- candidates --------------------------------------------------------------------------------------------------
+
+constexpr char kCublas[] = "cublas";
+
+struct Candidate {
+  plain::Ops const* ops = nullptr;  // nullptr: cuBLAS
+  Knobs knobs;
+};
+
+std::string name_of(Candidate const& c) {
+  if (c.ops == nullptr) return kCublas;
+  std::string knobs;
+  auto add = [&](std::string const& kv) { knobs += (knobs.empty() ? ":" : ",") + kv; };
+  if (c.knobs.raster == Raster::kAlongM) add("raster=m");
+  if (c.knobs.raster == Raster::kAlongN) add("raster=n");
+  if (c.knobs.swizzle != 1) add("swizzle=" + std::to_string(c.knobs.swizzle));
+  switch (c.knobs.decomposition) {
+    case Decomposition::kDataParallel: add("mode=dp"); break;
+    case Decomposition::kSplitK: add("mode=splitk"); break;
+    case Decomposition::kStreamK: add("mode=sk"); break;
+    default: break;
+  }
+  if (c.knobs.splits != 1) add("splits=" + std::to_string(c.knobs.splits));
+  return std::string(c.ops->info.config) + knobs;
+}
+
+/// Parses "<config>[:k=v,...]" or "cublas" for problem `a`; nullopt with *why set when the name is malformed or no
+/// kernel of that config is compiled for this problem's layout and dtypes.
+std::optional<Candidate> parse_candidate(std::string const& text, GemmArgs const& a, std::string* why) {
+  if (text == kCublas) return Candidate{};
+  size_t const colon = text.find(':');
+  std::string const config = text.substr(0, colon);
+  Candidate c;
+  for (plain::Ops const* ops : kernels_for(a)) {
+    if (config == ops->info.config) c.ops = ops;
+  }
+  if (c.ops == nullptr) {
+    bool known = false;
+    std::string compiled;
+    for (Entry const& e : kEntries) {
+      plain::Ops const& ops = e.ops();
+      if (config != ops.info.config) continue;
+      known = true;
+      compiled += coda::detail::concat(compiled.empty() ? "" : "; ", layout_name(e.layout), " bf16 -> ",
+                                       dtype_name(e.dtype_d));
+    }
+    if (!known) {
+      std::string names;
+      for (std::string const& n : candidate_configs()) names += (names.empty() ? "" : ", ") + n;
+      *why = coda::detail::concat("unknown GEMM config '", config, "' (known: ", names, ")");
+    } else {
+      *why = coda::detail::concat("config '", config, "' is not compiled for ", describe(a), " (compiled for: ",
+                                  compiled, "; other problems run on cublas)");
+    }
+    return std::nullopt;
+  }
+  if (colon == std::string::npos) return c;
+  std::string const knobs = text.substr(colon + 1);
+  size_t pos = 0;
+  while (pos <= knobs.size()) {
+    size_t const comma = std::min(knobs.find(',', pos), knobs.size());
+    std::string const item = knobs.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    size_t const eq = item.find('=');
+    std::string const k = item.substr(0, eq), v = eq == std::string::npos ? "" : item.substr(eq + 1);
+    bool ok = true;
+    if (k == "raster") {
+      if (v == "h") c.knobs.raster = Raster::kHeuristic;
+      else if (v == "m") c.knobs.raster = Raster::kAlongM;
+      else if (v == "n") c.knobs.raster = Raster::kAlongN;
+      else ok = false;
+    } else if (k == "swizzle" || k == "splits") {
+      char* end = nullptr;
+      long const n = std::strtol(v.c_str(), &end, 10);
+      ok = !v.empty() && *end == '\0' && n >= 1 && n <= 64;
+      if (ok) (k == "swizzle" ? c.knobs.swizzle : c.knobs.splits) = static_cast<int>(n);
+    } else if (k == "mode") {
+      if (v == "h") c.knobs.decomposition = Decomposition::kHeuristic;
+      else if (v == "dp") c.knobs.decomposition = Decomposition::kDataParallel;
+      else if (v == "sk") c.knobs.decomposition = Decomposition::kStreamK;
+      else if (v == "splitk") c.knobs.decomposition = Decomposition::kSplitK;
+      else ok = false;
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      *why = coda::detail::concat("bad knob '", item, "' in '", text,
+                                  "' (knobs: raster=h|m|n, swizzle=1|2|4|8, mode=h|dp|sk|splitk, splits=<n>)");
+      return std::nullopt;
+    }
+  }
+  return c;
+}
+
+Operands operands_of(GemmArgs const& a) {
+  Operands op;
+  op.M = a.M;
+  op.N = a.N;
+  op.K = a.K;
+  op.A = a.A;
+  op.lda = a.lda;
+  op.B = a.B;
+  op.ldb = a.ldb;
+  op.C = a.accumulate ? a.D : nullptr;  // accumulate: C = D, beta = 1 (the epilogue reads C only when beta != 0)
+  op.ldc = a.ldd;
+  op.D = a.D;
+  op.ldd = a.ldd;
+  return op;
+}
+
+LinearCombinationArgs epilogue_of(GemmArgs const& a) { return {a.alpha, a.accumulate ? 1.0f : 0.0f}; }
+
+std::string check(Candidate const& c, GemmArgs const& a) {
+  if (c.ops == nullptr) return cublas_check(a);
+  return c.ops->check(operands_of(a), epilogue_of(a), c.knobs);
+}
+
+size_t workspace_of(Candidate const& c, GemmArgs const& a) {
+  if (c.ops == nullptr) return 0;  // cuBLAS uses the workspace its handle owns
+  return c.ops->workspace_size(operands_of(a), epilogue_of(a), c.knobs);
+}
+
+void launch(Candidate const& c, GemmArgs const& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (c.ops == nullptr) {
+    cublas_run(a, stream);
+  } else {
+    c.ops->run(operands_of(a), epilogue_of(a), c.knobs, workspace, workspace_bytes, stream);
+  }
+}
+
+thread_local std::string t_last_choice;
+
+// ---- tuning ------------------------------------------------------------------------------------------------------
+
+/// Stage 1: every compiled kernel for the problem with default knobs. A stream-K kernel runs stream-K, plus
+/// data-parallel when no persistent kernel of the same tile exists for this layout (then it stands in for it).
+std::vector<Candidate> stage1_candidates(GemmArgs const& a) {
+  std::vector<plain::Ops const*> const kernels = kernels_for(a);
+  std::vector<Candidate> out;
+  for (plain::Ops const* k : kernels) {
+    if (!k->info.stream_k) {
+      out.push_back(Candidate{k, Knobs{}});
+      continue;
+    }
+    bool persistent_twin = false;
+    for (plain::Ops const* o : kernels) {
+      persistent_twin |= !o->info.stream_k && o->info.tile_m == k->info.tile_m && o->info.tile_n == k->info.tile_n &&
+                         o->info.cluster_m == k->info.cluster_m && o->info.cluster_n == k->info.cluster_n;
+    }
+    Knobs knobs;
+    if (!persistent_twin) {
+      knobs.decomposition = Decomposition::kDataParallel;
+      out.push_back(Candidate{k, knobs});
+    }
+    knobs.decomposition = Decomposition::kStreamK;
+    out.push_back(Candidate{k, knobs});
+  }
+  return out;
+}
+
+/// Stage 2: the stage-1 winner's raster order x swizzle, except the setting stage 1 already timed.
+std::vector<Candidate> stage2_candidates(Candidate const& best, GemmArgs const& a) {
+  std::vector<Candidate> out;
+  if (best.ops == nullptr) return out;
+  KernelInfo const& info = best.ops->info;
+  auto tiles = [](int64_t extent, int tile, int cluster) {
+    int64_t const t = (extent + tile - 1) / tile;
+    return (t + cluster - 1) / cluster * cluster;
+  };
+  bool const heuristic_along_m =
+      tiles(a.N, info.tile_n, info.cluster_n) > tiles(a.M, info.tile_m, info.cluster_m);
+  for (Raster r : {Raster::kAlongM, Raster::kAlongN}) {
+    for (int swizzle : {1, 4, 8}) {
+      bool const same_as_stage1 =
+          swizzle == best.knobs.swizzle && best.knobs.raster == Raster::kHeuristic &&
+          (r == Raster::kAlongM) == heuristic_along_m;
+      if (same_as_stage1) continue;
+      Candidate c = best;
+      c.knobs.raster = r;
+      c.knobs.swizzle = swizzle;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+/// A stream-ordered device buffer freed (stream-ordered) on scope exit.
+class StreamBuffer {
+ public:
+  StreamBuffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (cudaMallocAsync(&ptr_, bytes, stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ptr_ = nullptr;
+    }
+  }
+  ~StreamBuffer() {
+    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
+  }
+  StreamBuffer(StreamBuffer const&) = delete;
+  StreamBuffer& operator=(StreamBuffer const&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+/// Times the candidates on the caller's stream and buffers; returns the winner (and its time). Without
+/// accumulate the timing runs write the caller's D (the real run overwrites it next). With accumulate they write a
+/// zeroed scratch copy of D (C = D = scratch), so the caller's D is never read-modified twice; nullopt when the
+/// scratch cannot be allocated.
+std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& stage1, bool cublas_allowed,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream, float* best_ms) {
+  GemmArgs t = a;
+  std::optional<StreamBuffer> scratch;
+  if (a.accumulate) {
+    size_t const bytes = static_cast<size_t>(a.M) * static_cast<size_t>(a.N) * dtype_bytes(a.dtype_d);
+    scratch.emplace(bytes, stream);
+    if (scratch->get() == nullptr) return std::nullopt;
+    CODA_CUDA_CHECK(cudaMemsetAsync(scratch->get(), 0, bytes, stream));
+    t.D = scratch->get();
+    t.ldd = a.N;
+  }
+  auto run_all = [&](std::vector<Candidate> const& cands) {
+    std::vector<runtime::TuneCandidate> list;
+    for (Candidate const& c : cands) {
+      list.push_back({name_of(c), [c, &t, workspace, workspace_bytes](cudaStream_t s) {
+                        launch(c, t, workspace, workspace_bytes, s);
+                      }});
+    }
+    return runtime::time_candidates(list, stream);
+  };
+
+  std::vector<Candidate> all = stage1;
+  if (cublas_allowed) all.push_back(Candidate{});
+  std::vector<float> times = run_all(all);
+  // Stage 2 refines the fastest CODA kernel (even when cuBLAS won stage 1: a knob may beat it).
+  std::optional<size_t> best_coda;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].ops != nullptr && (!best_coda || times[i] < times[*best_coda])) best_coda = i;
+  }
+  if (best_coda && times[*best_coda] < std::numeric_limits<float>::infinity()) {
+    std::vector<Candidate> const refine = stage2_candidates(all[*best_coda], a);
+    std::vector<float> const refine_times = run_all(refine);
+    all.insert(all.end(), refine.begin(), refine.end());
+    times.insert(times.end(), refine_times.begin(), refine_times.end());
+  }
+  size_t const best = static_cast<size_t>(std::min_element(times.begin(), times.end()) - times.begin());
+  if (!(times[best] < std::numeric_limits<float>::infinity())) {
+    coda::detail::fail(CODA_ERROR_INTERNAL, "GEMM autotuning: no candidate could run ", describe(a));
+  }
+  *best_ms = times[best];
+  return all[best];
+}
+
+std::string tune_key(GemmArgs const& a, bool cublas_allowed) {
+  return coda::detail::concat("gemm|M=", a.M, "|N=", a.N, "|K=", a.K, "|ab=", dtype_name(a.dtype_ab),
+                              "|d=", dtype_name(a.dtype_d), "|a=", a.a_col_major ? "m" : "k",
+                              "|b=", a.b_col_major ? "n" : "k", "|acc=", a.accumulate ? 1 : 0,
+                              "|cublas=", cublas_allowed ? 1 : 0);
+}
+
+/// The kernel run() uses for `a` (pinned, cached, tuned now, or the default), never cuBLAS when excluded.
+Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  std::string const pinned = runtime::env_string("CODA_GEMM_CONFIG");
+  if (!pinned.empty()) {
+    std::string why;
+    std::optional<Candidate> c = parse_candidate(pinned, a, &why);
+    if (c) why = check(*c, a);
+    if (!why.empty()) coda::detail::fail(CODA_ERROR_INVALID_ARGUMENT, "CODA_GEMM_CONFIG=", pinned, ": ", why);
+    return *c;
+  }
+
+  bool const cublas_allowed = !runtime::env_flag("CODA_GEMM_NO_CUBLAS") && cublas_check(a).empty();
+  int device = 0;
+  CODA_CUDA_CHECK(cudaGetDevice(&device));
+  std::string const key = tune_key(a, cublas_allowed);
+  runtime::TuneCache& cache = runtime::TuneCache::global();
+  auto cached = [&]() -> std::optional<Candidate> {
+    std::optional<std::string> hit = cache.find(key, device);
+    if (!hit) return std::nullopt;
+    std::string why;
+    std::optional<Candidate> c = parse_candidate(*hit, a, &why);
+    if (!c || !check(*c, a).empty() || (c->ops == nullptr && !cublas_allowed)) return std::nullopt;
+    return c;
+  };
+  if (std::optional<Candidate> c = cached()) return *c;  // the common case: one lookup per call
+
+  std::vector<Candidate> stage1;
+  std::string reasons;
+  for (Candidate const& c : stage1_candidates(a)) {
+    std::string const why = check(c, a);
+    if (why.empty()) {
+      stage1.push_back(c);
+    } else {
+      reasons += coda::detail::concat("; ", name_of(c), ": ", why);
+    }
+  }
+  if (stage1.empty()) {
+    if (cublas_allowed) return Candidate{};
+    std::string const cublas_why = cublas_check(a);
+    coda::detail::fail(cublas_why.empty() ? CODA_ERROR_NOT_IMPLEMENTED : CODA_ERROR_DTYPE, "no CODA GEMM kernel for ",
+                       describe(a), reasons.empty() ? " (none compiled for this layout/dtype)" : reasons,
+                       cublas_why.empty() ? " and cuBLAS is excluded by CODA_GEMM_NO_CUBLAS" : "; " + cublas_why);
+  }
+  if (stage1.size() == 1 && !cublas_allowed) return stage1.front();
+
+  Candidate fallback = cublas_allowed ? Candidate{} : stage1.front();
+  std::string const autotune = runtime::env_string("CODA_GEMM_AUTOTUNE");
+  if ((!autotune.empty() && !runtime::env_flag("CODA_GEMM_AUTOTUNE")) || runtime::stream_is_capturing(stream)) {
+    return fallback;  // no timing possible or wanted; not cached, so a later eager call still tunes
+  }
+  std::lock_guard<std::mutex> lock(cache.tuning_mutex());
+  if (std::optional<Candidate> c = cached()) return *c;  // another thread tuned it meanwhile
+  float ms = 0.0f;
+  std::optional<Candidate> winner = tune(a, stage1, cublas_allowed, workspace, workspace_bytes, stream, &ms);
+  if (!winner) return fallback;
+  cache.store(key, device, name_of(*winner), ms);
+  return *winner;
+}
+
+/// Problems with nothing to multiply: M or N = 0 (nothing to write) and K = 0 (D = 0, or D unchanged).
+bool run_trivial(GemmArgs const& a, cudaStream_t stream) {
+  if (a.M == 0 || a.N == 0) return true;
+  if (a.K != 0) return false;
+  if (!a.accumulate) {
+    size_t const elem = dtype_bytes(a.dtype_d);
+    CODA_CUDA_CHECK(cudaMemset2DAsync(a.D, static_cast<size_t>(std::max(a.ldd, a.N)) * elem, 0,
+                                      static_cast<size_t>(a.N) * elem, static_cast<size_t>(a.M), stream));
+  }
+  return true;
+}
+
+/// Aligned stand-in operands with minimal leading dimensions: workspace sizes must not depend on pointer values.
+GemmArgs synthetic(GemmArgs a) {
+  auto round8 = [](int64_t x) { return (x + 7) / 8 * 8; };
+  void* const p = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  a.A = p;
+  a.B = p;
+  a.D = p;
+  a.lda = round8(a.a_col_major ? a.M : a.K);
+  a.ldb = round8(a.b_col_major ? a.N : a.K);
+  a.ldd = round8(a.N);
+  return a;
+}
+
+}  // namespace
+
+// ---- public entry points -----------------------------------------------------------------------------------------
+
+size_t workspace_size(GemmArgs const& args) {
+  if (args.M <= 0 || args.N <= 0 || args.K <= 0) return 0;
+  GemmArgs const a = synthetic(args);
+  try {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;  // no device: nothing can run, nothing to size
+    }
+    static std::mutex mutex;
+    static std::unordered_map<std::string, size_t> memo;
+    std::string const key = coda::detail::concat(tune_key(a, true), "|dev", device);
+    size_t bytes = 0;
+    bool known = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = memo.find(key);
+      if (it != memo.end()) {
+        bytes = it->second;
+        known = true;
+      }
+    }
+    if (!known) {
+      for (Candidate const& c : stage1_candidates(a)) {
+        if (!check(c, a).empty()) continue;
+        bytes = std::max(bytes, workspace_of(c, a));
+        for (Candidate const& r : stage2_candidates(c, a)) bytes = std::max(bytes, workspace_of(r, a));
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      if (memo.size() > (1u << 16)) memo.clear();
+      memo.emplace(key, bytes);
+    }
+    // A pinned candidate (read on every call: the variable may change) may need more, e.g. mode=splitk.
+    std::string const pinned = runtime::env_string("CODA_GEMM_CONFIG");
+    if (!pinned.empty()) {
+      std::string why;
+      if (std::optional<Candidate> c = parse_candidate(pinned, a, &why)) bytes = std::max(bytes, workspace_of(*c, a));
+    }
+    return bytes;
+  } catch (coda::detail::Error const&) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+}
+
+size_t workspace_size_for_shape(int64_t M, int64_t N, int64_t K) {
+  size_t bytes = 0;
+  for (Entry const& e : kEntries) {
+    GemmArgs a;
+    a.M = M;
+    a.N = N;
+    a.K = K;
+    a.dtype_ab = CODA_BF16;
+    a.dtype_d = e.dtype_d;
+    a.a_col_major = e.layout == Layout::kWgrad;
+    a.b_col_major = e.layout != Layout::kFwd;
+    bytes = std::max(bytes, workspace_size(a));
+  }
+  return bytes;
+}
+
+void run(GemmArgs const& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (run_trivial(args, stream)) {
+    t_last_choice = "none";
+    return;
+  }
+  Candidate const c = choose(args, workspace, workspace_bytes, stream);
+  t_last_choice = name_of(c);
+  launch(c, args, workspace, workspace_bytes, stream);
+}
+
+std::vector<std::string> const& candidate_configs() {
+  static std::vector<std::string> const names = [] {
+    std::vector<std::string> out;
+    for (Entry const& e : kEntries) {
+      std::string const n = e.ops().info.config;
+      if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+    }
+    out.push_back(kCublas);
+    return out;
+  }();
+  return names;
+}
+
+std::string check_candidate(std::string const& candidate, GemmArgs const& args) {
+  std::string why;
+  std::optional<Candidate> c = parse_candidate(candidate, args, &why);
+  if (!c) return why;
+  return check(*c, args);
+}
+
+size_t candidate_workspace_size(std::string const& candidate, GemmArgs const& args) {
+  std::string why;
+  std::optional<Candidate> c = parse_candidate(candidate, args, &why);
+  if (!c || !check(*c, args).empty()) return 0;
+  return workspace_of(*c, args);
+}
+
+void run_candidate(std::string const& candidate, GemmArgs const& args, void* workspace, size_t workspace_bytes,
+                   cudaStream_t stream) {
+  std::string why;
+  std::optional<Candidate> c = parse_candidate(candidate, args, &why);
+  if (c && args.M > 0 && args.N > 0 && args.K > 0) why = check(*c, args);
+  if (!why.empty()) coda::detail::fail(CODA_ERROR_INVALID_ARGUMENT, "GEMM candidate '", candidate, "': ", why);
+  if (run_trivial(args, stream)) {
+    t_last_choice = "none";
+    return;
+  }
+  t_last_choice = name_of(*c);
+  launch(*c, args, workspace, workspace_bytes, stream);
+}
+
+std::string const& last_choice() { return t_last_choice; }
+
+void clear_tuning() { runtime::TuneCache::global().clear(); }
+
+}  // namespace coda::gemm

@@ -1,0 +1,570 @@
+// GPU tests of the plain GEMM (src/gemm): every compiled config and knob family on every operand layout, against a
+// float64 reference computed here from the exact (rounded) inputs.
+//
+// Each check: inputs random (activations ~N(0,1), weights ~N(0,0.02)), the output buffer (with padding columns and a
+// guard tail) poisoned with NaN before the launch; afterwards every element in [M,N] is finite, within the
+// rounding bound of the float64 result and within PROTOCOL.md's acceptance rule (max |coda - ref| <= 2 max
+// |unfused - ref| + 1e-6, unfused = fp32 accumulation rounded once), padding and guard are untouched, and a second
+// run gives the same bits.
+// Configs are selected through the exported test hooks in src/gemm/gemm_hooks.h (coda_gemm_run_candidate); the
+// public coda_gemm entry point and the CODA_GEMM_CONFIG pin are tested too. Every test skips without an sm_90 GPU.
+#include <coda/coda.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "gemm/gemm_hooks.h"
+#include "gpu/gpu_util.hpp"  // CODA_REQUIRE_SM90
+#include "reference/reference.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+// ---- element conversions (the reference library's round-to-nearest-even) ----------------------------------------
+
+uint16_t to_bf16(float f) { return coda::ref::float_to_bf16_bits(f); }
+float from_bf16(uint16_t h) { return coda::ref::bf16_bits_to_float(h); }
+uint16_t to_fp16(float f) { return coda::ref::float_to_fp16_bits(f); }
+float from_fp16(uint16_t h) { return coda::ref::fp16_bits_to_float(h); }
+
+size_t dtype_bytes(coda_dtype t) { return t == CODA_FP32 ? 4 : 2; }
+
+char const* dtype_name(coda_dtype t) { return t == CODA_BF16 ? "bf16" : t == CODA_FP16 ? "fp16" : "fp32"; }
+
+/// Stores v as dtype t at byte offset `index * size` of `bytes`; returns the value actually stored.
+double store(std::vector<uint8_t>& bytes, size_t index, coda_dtype t, float v) {
+  if (t == CODA_FP32) {
+    std::memcpy(&bytes[index * 4], &v, 4);
+    return v;
+  }
+  uint16_t const h = t == CODA_BF16 ? to_bf16(v) : to_fp16(v);
+  std::memcpy(&bytes[index * 2], &h, 2);
+  return t == CODA_BF16 ? from_bf16(h) : from_fp16(h);
+}
+
+double load(std::vector<uint8_t> const& bytes, size_t index, coda_dtype t) {
+  if (t == CODA_FP32) {
+    float f = 0.0f;
+    std::memcpy(&f, &bytes[index * 4], 4);
+    return f;
+  }
+  uint16_t h = 0;
+  std::memcpy(&h, &bytes[index * 2], 2);
+  return t == CODA_BF16 ? from_bf16(h) : from_fp16(h);
+}
+
+void fill_nan(std::vector<uint8_t>& bytes, coda_dtype t) {
+  size_t const n = bytes.size() / dtype_bytes(t);
+  for (size_t i = 0; i < n; ++i) store(bytes, i, t, std::nanf(""));
+}
+
+// ---- device buffer -----------------------------------------------------------------------------------------------
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : bytes(n) {
+    if (n != 0 && cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+  DeviceBuffer(DeviceBuffer const&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer const&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = nullptr; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr, o.ptr);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
+};
+
+int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// ---- one problem: data, reference and checks ---------------------------------------------------------------------
+
+struct ProblemClass {
+  char const* name;
+  bool a_col_major;
+  bool b_col_major;
+  coda_dtype dtype_ab;
+  coda_dtype dtype_d;
+  bool accumulate;
+  float alpha;
+};
+
+struct Outcome {
+  bool ran = false;
+  std::string error;
+  std::vector<uint8_t> bits;  // the whole D buffer after the run
+  double max_err = 0.0;       // max |out - ref|
+  double max_ratio = 0.0;     // max |out - ref| / bound (pass: <= 1)
+  double unfused_err = 0.0;   // max |unfused - ref| on the same elements (the acceptance rule's baseline)
+  int64_t nonfinite = 0;      // NaN/Inf in [M,N] (unwritten elements stay NaN)
+  int64_t padding_changed = 0;
+};
+
+class Problem {
+ public:
+  Problem(ProblemClass const& cls, int64_t M, int64_t N, int64_t K, uint64_t seed, bool pad_ld)
+      : cls_(cls), M_(M), N_(N), K_(K) {
+    int64_t const pad = pad_ld ? 8 : 0;
+    lda_ = round8(cls.a_col_major ? M : K) + pad;
+    ldb_ = round8(cls.b_col_major ? N : K) + pad;
+    ldd_ = round8(N) + 8;  // always padded: checks that nothing is written past column N
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> act(0.0f, 1.0f), weight(0.0f, 0.02f), out(0.0f, 0.5f);
+    size_t const eab = dtype_bytes(cls.dtype_ab), ed = dtype_bytes(cls.dtype_d);
+
+    int64_t const a_outer = cls.a_col_major ? K : M, b_outer = cls.b_col_major ? K : N;
+    a_host_.assign(static_cast<size_t>(lda_ * a_outer) * eab, 0);
+    b_host_.assign(static_cast<size_t>(ldb_ * b_outer) * eab, 0);
+    a_.assign(static_cast<size_t>(M * K), 0.0);
+    b_.assign(static_cast<size_t>(N * K), 0.0);
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t k = 0; k < K; ++k) {
+        size_t const idx = static_cast<size_t>(cls.a_col_major ? m + k * lda_ : m * lda_ + k);
+        a_[static_cast<size_t>(m * K + k)] = store(a_host_, idx, cls.dtype_ab, act(rng));
+      }
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) {
+        size_t const idx = static_cast<size_t>(cls.b_col_major ? n + k * ldb_ : n * ldb_ + k);
+        b_[static_cast<size_t>(n * K + k)] = store(b_host_, idx, cls.dtype_ab, weight(rng));
+      }
+    }
+    // D: poison everywhere (padding columns and a 64-element guard tail included); with accumulate the [M,N]
+    // region holds the initial values instead.
+    d_elems_ = static_cast<size_t>(M * ldd_) + 64;
+    d_init_.assign(d_elems_ * ed, 0);
+    fill_nan(d_init_, cls.dtype_d);
+    d0_.assign(static_cast<size_t>(M * N), 0.0);
+    if (cls.accumulate) {
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          size_t const idx = static_cast<size_t>(m * ldd_ + n);
+          d0_[static_cast<size_t>(m * N + n)] = store(d_init_, idx, cls.dtype_d, out(rng));
+        }
+      }
+    }
+    // Rows to compare against the reference: all, or a sample (first, last, random) for large problems.
+    if (M * N * K <= (int64_t{1} << 27)) {
+      for (int64_t m = 0; m < M; ++m) rows_.push_back(m);
+    } else {
+      std::set<int64_t> pick{0, M - 1, M / 2};
+      std::uniform_int_distribution<int64_t> row(0, M - 1);
+      while (static_cast<int64_t>(pick.size()) < std::min<int64_t>(M, 40)) pick.insert(row(rng));
+      rows_.assign(pick.begin(), pick.end());
+    }
+    compute_reference();
+
+    da_ = DeviceBuffer(a_host_.size());
+    db_ = DeviceBuffer(b_host_.size());
+    dd_ = DeviceBuffer(d_init_.size());
+    if (da_.ptr != nullptr) cudaMemcpy(da_.ptr, a_host_.data(), a_host_.size(), cudaMemcpyHostToDevice);
+    if (db_.ptr != nullptr) cudaMemcpy(db_.ptr, b_host_.data(), b_host_.size(), cudaMemcpyHostToDevice);
+  }
+
+  bool allocated() const { return da_.ptr != nullptr && db_.ptr != nullptr && dd_.ptr != nullptr; }
+
+  coda_gemm_problem desc() const {
+    coda_gemm_problem p{};
+    p.M = M_;
+    p.N = N_;
+    p.K = K_;
+    p.dtype_ab = cls_.dtype_ab;
+    p.dtype_d = cls_.dtype_d;
+    p.A = da_.ptr;
+    p.lda = lda_;
+    p.a_col_major = cls_.a_col_major ? 1 : 0;
+    p.B = db_.ptr;
+    p.ldb = ldb_;
+    p.b_col_major = cls_.b_col_major ? 1 : 0;
+    p.D = dd_.ptr;
+    p.ldd = ldd_;
+    p.alpha = cls_.alpha;
+    p.accumulate = cls_.accumulate ? 1 : 0;
+    return p;
+  }
+
+  /// Poisons/initialises D, runs `launch` (returns a status; fills *error on failure), verifies.
+  template <class Launch>
+  Outcome run(Launch&& launch) const {
+    Outcome o;
+    if (cudaMemcpy(dd_.ptr, d_init_.data(), d_init_.size(), cudaMemcpyHostToDevice) != cudaSuccess) {
+      o.error = "cudaMemcpy of the initial D failed";
+      return o;
+    }
+    coda_status const s = launch(&o.error);
+    cudaError_t const sync = cudaDeviceSynchronize();
+    if (s != CODA_SUCCESS) return o;
+    if (sync != cudaSuccess) {
+      o.error = std::string("kernel failed: ") + cudaGetErrorString(sync);
+      return o;
+    }
+    o.ran = true;
+    o.bits.assign(d_init_.size(), 0);
+    cudaMemcpy(o.bits.data(), dd_.ptr, o.bits.size(), cudaMemcpyDeviceToHost);
+    size_t const ed = dtype_bytes(cls_.dtype_d);
+    for (int64_t m = 0; m < M_; ++m) {
+      for (int64_t n = N_; n < ldd_; ++n) {
+        size_t const i = static_cast<size_t>(m * ldd_ + n) * ed;
+        o.padding_changed += std::memcmp(&o.bits[i], &d_init_[i], ed) != 0 ? 1 : 0;
+      }
+      for (int64_t n = 0; n < N_; ++n) {
+        o.nonfinite += std::isfinite(load(o.bits, static_cast<size_t>(m * ldd_ + n), cls_.dtype_d)) ? 0 : 1;
+      }
+    }
+    size_t const tail = static_cast<size_t>(M_ * ldd_) * ed;
+    o.padding_changed += std::memcmp(&o.bits[tail], &d_init_[tail], d_init_.size() - tail) != 0 ? 1 : 0;
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      int64_t const m = rows_[r];
+      for (int64_t n = 0; n < N_; ++n) {
+        double const got = load(o.bits, static_cast<size_t>(m * ldd_ + n), cls_.dtype_d);
+        size_t const j = r * static_cast<size_t>(N_) + static_cast<size_t>(n);
+        double const err = std::fabs(got - ref_[j]);
+        if (!(err <= o.max_err)) o.max_err = std::isnan(err) ? INFINITY : err;
+        o.unfused_err = std::max(o.unfused_err, std::fabs(unfused_[j] - ref_[j]));
+        double const ratio = err / bound_[j];
+        if (!(ratio <= o.max_ratio)) o.max_ratio = std::isnan(ratio) ? INFINITY : ratio;
+      }
+    }
+    return o;
+  }
+
+  std::string label() const {
+    return std::string(cls_.name) + " M=" + std::to_string(M_) + " N=" + std::to_string(N_) + " K=" +
+           std::to_string(K_) + " lda=" + std::to_string(lda_) + " ldb=" + std::to_string(ldb_) +
+           " ldd=" + std::to_string(ldd_);
+  }
+  ProblemClass const& cls() const { return cls_; }
+  int64_t M() const { return M_; }
+  int64_t N() const { return N_; }
+  int64_t K() const { return K_; }
+  int64_t lda() const { return lda_; }
+  int64_t ldb() const { return ldb_; }
+  int64_t ldd() const { return ldd_; }
+  void const* a_ptr() const { return da_.ptr; }
+  void const* b_ptr() const { return db_.ptr; }
+  void* d_ptr() const { return dd_.ptr; }
+
+ private:
+  /// ref = alpha * sum_k a b (+ d0), in double; bound = output rounding + fp32 accumulation error (any order,
+  /// split-K/stream-K included): eps_out |ref| + 2 (K + 4) 2^-24 |alpha| sum_k |a b| + 2^-23 |d0|.
+  void compute_reference() {
+    double const eps_out = cls_.dtype_d == CODA_BF16 ? std::ldexp(1.0, -8)
+                           : cls_.dtype_d == CODA_FP16 ? std::ldexp(1.0, -11)
+                                                        : std::ldexp(1.0, -24);
+    double const u = std::ldexp(1.0, -24);
+    ref_.assign(rows_.size() * static_cast<size_t>(N_), 0.0);
+    unfused_.assign(ref_.size(), 0.0);
+    bound_.assign(ref_.size(), 0.0);
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      double const* a = &a_[static_cast<size_t>(rows_[r] * K_)];
+      for (int64_t n = 0; n < N_; ++n) {
+        double const* b = &b_[static_cast<size_t>(n * K_)];
+        double s = 0.0, s_abs = 0.0;
+        float s32 = 0.0f;  // the unfused pipeline: fp32 accumulation, then one rounding to the output type
+        for (int64_t k = 0; k < K_; ++k) {
+          s += a[k] * b[k];
+          s_abs += std::fabs(a[k] * b[k]);
+          s32 += static_cast<float>(a[k]) * static_cast<float>(b[k]);
+        }
+        double const d0 = d0_[static_cast<size_t>(rows_[r] * N_ + n)];
+        double const alpha = cls_.alpha;
+        double const ref = alpha * s + d0;
+        size_t const j = r * static_cast<size_t>(N_) + static_cast<size_t>(n);
+        ref_[j] = ref;
+        unfused_[j] = coda::ref::round_to(static_cast<double>(cls_.alpha * s32 + static_cast<float>(d0)), cls_.dtype_d);
+        bound_[j] = eps_out * std::fabs(ref) + 2.0 * static_cast<double>(K_ + 4) * u * std::fabs(alpha) * s_abs +
+                    2.0 * u * std::fabs(d0) + 1e-30;
+      }
+    }
+  }
+
+  ProblemClass cls_;
+  int64_t M_, N_, K_, lda_ = 0, ldb_ = 0, ldd_ = 0;
+  std::vector<uint8_t> a_host_, b_host_, d_init_;
+  std::vector<double> a_, b_, d0_, ref_, bound_, unfused_;
+  std::vector<int64_t> rows_;
+  size_t d_elems_ = 0;
+  DeviceBuffer da_, db_, dd_;
+};
+
+/// Runs `candidate` (nullptr: the autotuned path) twice on `p` and checks value, coverage, padding, determinism.
+/// Returns nullopt if the candidate cannot run the problem (its check failed), else its max |err| (EXPECTs inside).
+std::optional<double> check_candidate(Problem const& p, char const* candidate) {
+  coda_gemm_problem const desc = p.desc();
+  std::string const who = candidate != nullptr ? candidate : "<autotuned>";
+  if (candidate != nullptr && coda_gemm_candidate_check(candidate, &desc) == 0) return std::nullopt;
+  size_t const ws_bytes = coda_gemm_candidate_workspace_size(candidate, &desc);
+  DeviceBuffer ws(ws_bytes);
+  EXPECT_TRUE(ws_bytes == 0 || ws.ptr != nullptr) << "workspace allocation of " << ws_bytes << " bytes";
+  auto launch = [&](std::string* error) {
+    coda_status const s = coda_gemm_run_candidate(candidate, &desc, ws.ptr, ws_bytes, nullptr);
+    if (s != CODA_SUCCESS) *error = coda_gemm_hook_error();
+    return s;
+  };
+  Outcome const first = p.run(launch);
+  std::string const used = coda_gemm_last_choice();
+  Outcome const second = p.run(launch);
+  EXPECT_TRUE(first.ran) << who << " on " << p.label() << ": " << first.error;
+  if (!first.ran) return INFINITY;
+  EXPECT_EQ(first.nonfinite, 0) << who << " (" << used << ") on " << p.label()
+                                << ": elements not written or not finite";
+  EXPECT_EQ(first.padding_changed, 0) << who << " (" << used << ") on " << p.label() << ": wrote outside [M,N]";
+  EXPECT_LE(first.max_ratio, 1.0) << who << " (" << used << ") on " << p.label() << ": max |err| " << first.max_err
+                                  << " is " << first.max_ratio << " x the rounding bound";
+  // PROTOCOL.md's acceptance rule against the same-dtype unfused computation (fp32 accumulate, one rounding).
+  EXPECT_LE(first.max_err, 2.0 * first.unfused_err + 1e-6)
+      << who << " (" << used << ") on " << p.label() << ": acceptance rule: coda max |err| " << first.max_err
+      << ", unfused max |err| " << first.unfused_err;
+  EXPECT_TRUE(second.ran && second.bits == first.bits) << who << " (" << used << ") on " << p.label()
+                                                       << ": two runs differ";
+  return first.max_err;
+}
+
+// ---- the problem classes -----------------------------------------------------------------------------------------
+
+constexpr ProblemClass kFwd{"fwd bf16->bf16", false, false, CODA_BF16, CODA_BF16, false, 1.0f};
+constexpr ProblemClass kFwdAcc{"fwd bf16->bf16 accumulate", false, false, CODA_BF16, CODA_BF16, true, 0.5f};
+constexpr ProblemClass kDgrad{"dgrad bf16->bf16", false, true, CODA_BF16, CODA_BF16, false, 1.0f};
+constexpr ProblemClass kWgrad{"wgrad bf16->bf16", true, true, CODA_BF16, CODA_BF16, false, 1.0f};
+constexpr ProblemClass kWgradF32Acc{"wgrad bf16->fp32 accumulate", true, true, CODA_BF16, CODA_FP32, true, 1.0f};
+constexpr ProblemClass kWgradF32{"wgrad bf16->fp32", true, true, CODA_BF16, CODA_FP32, false, 0.25f};
+constexpr ProblemClass kOther{"A M-major, B K-major bf16->bf16", true, false, CODA_BF16, CODA_BF16, false, 1.0f};
+constexpr ProblemClass kFwdF16{"fwd fp16->fp16", false, false, CODA_FP16, CODA_FP16, false, 1.0f};
+constexpr ProblemClass kDgradF16F32{"dgrad fp16->fp32 accumulate", false, true, CODA_FP16, CODA_FP32, true, 1.0f};
+constexpr ProblemClass kFwdF32{"fwd bf16->fp32", false, false, CODA_BF16, CODA_FP32, false, 1.0f};
+
+/// Candidate names to try on every problem: each config with default knobs, plus scheduler-knob variants.
+std::vector<std::string> candidates_to_try() {
+  std::vector<std::string> out;
+  for (int i = 0; i < coda_gemm_config_count(); ++i) {
+    std::string const name = coda_gemm_config_name(i);
+    out.push_back(name);
+    if (name == "cublas") continue;
+    out.push_back(name + ":raster=m,swizzle=8");
+    out.push_back(name + ":raster=n,swizzle=2");
+    if (name.rfind("sk_", 0) == 0) {
+      out.push_back(name + ":mode=dp");
+      out.push_back(name + ":mode=sk");
+      out.push_back(name + ":mode=splitk,splits=3");
+      out.push_back(name + ":mode=h");
+    }
+  }
+  return out;
+}
+
+/// Small awkward shapes: M in {1, 7, 1000, 4097}, N and K at the smallest legal widths and just past a tile.
+std::vector<std::array<int64_t, 3>> small_shapes() {
+  std::vector<std::array<int64_t, 3>> out;
+  for (int64_t M : {1, 7, 1000, 4097}) {
+    for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {16, 24}, {24, 16}, {264, 264}, {8, 264},
+                                                                {264, 8}}) {
+      out.push_back({M, N, K});
+    }
+  }
+  return out;
+}
+
+/// Runs every candidate (and the autotuned path, with and without cuBLAS) on every shape of a class.
+void sweep(ProblemClass const& cls, std::vector<std::array<int64_t, 3>> const& shapes, bool pad_ld,
+           std::map<std::string, int>* ran_per_config = nullptr) {
+  std::vector<std::string> const candidates = candidates_to_try();
+  uint64_t seed = 1234;
+  for (auto const& s : shapes) {
+    Problem const p(cls, s[0], s[1], s[2], seed++, pad_ld);
+    ASSERT_TRUE(p.allocated()) << p.label();
+    int coda_kernels = 0;
+    double coda_err = 0.0, cublas_err = -1.0;
+    for (std::string const& c : candidates) {
+      std::optional<double> const err = check_candidate(p, c.c_str());
+      if (!err) continue;
+      std::string const config = c.substr(0, c.find(':'));
+      if (config == "cublas") {
+        cublas_err = *err;
+      } else {
+        ++coda_kernels;
+        coda_err = std::max(coda_err, *err);
+      }
+      if (ran_per_config != nullptr) ++(*ran_per_config)[config];
+    }
+    std::printf("[gemm] %-60s CODA kernels: %2d, max |err| %.3g; cuBLAS max |err| %.3g\n", p.label().c_str(),
+                coda_kernels, coda_err, cublas_err);
+    // Every bf16 class with compiled kernels must get at least two of them whenever TMA can take the shape.
+    bool const compiled = cls.dtype_ab == CODA_BF16 && !(cls.a_col_major && !cls.b_col_major) &&
+                          (cls.dtype_d == CODA_BF16 || (cls.a_col_major && cls.b_col_major));
+    bool const aligned = !cls.a_col_major || p.M() % 8 == 0;
+    if (compiled && aligned) {
+      EXPECT_GE(coda_kernels, 2) << "too few CODA kernels accepted " << p.label();
+    }
+    setenv("CODA_GEMM_NO_CUBLAS", "1", 1);
+    check_candidate(p, nullptr);
+    unsetenv("CODA_GEMM_NO_CUBLAS");
+    check_candidate(p, nullptr);
+  }
+}
+
+}  // namespace
+
+// ---- tests -------------------------------------------------------------------------------------------------------
+
+TEST(GpuGemm, ForwardLayoutEveryConfig) {
+  CODA_REQUIRE_SM90();
+  std::map<std::string, int> ran;
+  sweep(kFwd, small_shapes(), false, &ran);
+  for (int i = 0; i + 1 < coda_gemm_config_count(); ++i) {
+    std::string const name = coda_gemm_config_name(i);
+    EXPECT_GT(ran[name], 0) << name << " never ran (every config is compiled for the forward layout)";
+  }
+}
+
+TEST(GpuGemm, ForwardLayoutAccumulatePaddedStrides) {
+  CODA_REQUIRE_SM90();
+  sweep(kFwdAcc, small_shapes(), true);
+}
+
+TEST(GpuGemm, DgradLayoutEveryConfig) {
+  CODA_REQUIRE_SM90();
+  sweep(kDgrad, small_shapes(), true);
+}
+
+TEST(GpuGemm, WgradLayoutEveryConfig) {
+  CODA_REQUIRE_SM90();
+  sweep(kWgrad, small_shapes(), false);
+}
+
+TEST(GpuGemm, WgradFp32Output) {
+  CODA_REQUIRE_SM90();
+  sweep(kWgradF32, small_shapes(), true);
+  sweep(kWgradF32Acc, small_shapes(), false);
+}
+
+TEST(GpuGemm, CublasOnlyCombinations) {
+  CODA_REQUIRE_SM90();
+  for (ProblemClass const& cls : {kOther, kFwdF16, kDgradF16F32, kFwdF32}) sweep(cls, small_shapes(), true);
+}
+
+// Multi-wave and stream-K shapes (several K tiles per unit, tiles fewer than SMs, partial tiles on every edge).
+TEST(GpuGemm, MediumShapesAllLayouts) {
+  CODA_REQUIRE_SM90();
+  std::vector<std::array<int64_t, 3>> const shapes{{1000, 1032, 2056}, {4097, 264, 1544}, {264, 1000, 8200}};
+  std::map<std::string, int> ran;
+  for (ProblemClass const& cls : {kFwd, kDgrad, kWgrad, kWgradF32Acc}) sweep(cls, shapes, false, &ran);
+  for (int i = 0; i + 1 < coda_gemm_config_count(); ++i) {
+    std::string const name = coda_gemm_config_name(i);
+    EXPECT_GT(ran[name], 0) << name << " never ran";
+  }
+}
+
+TEST(GpuGemm, PinnedConfigIsUsed) {
+  CODA_REQUIRE_SM90();
+  Problem const p(kFwd, 1000, 264, 264, 7, false);
+  ASSERT_TRUE(p.allocated());
+  setenv("CODA_GEMM_CONFIG", "pp_128x128x64_c2x1:raster=n", 1);
+  check_candidate(p, nullptr);
+  EXPECT_EQ(std::string(coda_gemm_last_choice()), "pp_128x128x64_c2x1:raster=n");
+  // A config that is not compiled for fp16 is an error naming the variable, not a silent fallback.
+  Problem const q(kFwdF16, 7, 16, 24, 8, false);
+  coda_gemm_problem const desc = q.desc();
+  EXPECT_NE(coda_gemm_run_candidate(nullptr, &desc, nullptr, 0, nullptr), CODA_SUCCESS);
+  EXPECT_NE(std::string(coda_gemm_hook_error()).find("CODA_GEMM_CONFIG"), std::string::npos)
+      << coda_gemm_hook_error();
+  unsetenv("CODA_GEMM_CONFIG");
+}
+
+TEST(GpuGemm, BadCandidatesAreClearErrors) {
+  CODA_REQUIRE_SM90();
+  Problem const p(kFwd, 7, 16, 24, 9, false);
+  coda_gemm_problem const desc = p.desc();
+  EXPECT_EQ(coda_gemm_run_candidate("no_such_config", &desc, nullptr, 0, nullptr), CODA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(coda_gemm_hook_error()).find("unknown GEMM config"), std::string::npos);
+  EXPECT_EQ(coda_gemm_run_candidate("pp_128x128x64_c2x1:mode=sk", &desc, nullptr, 0, nullptr),
+            CODA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(coda_gemm_hook_error()).find("stream-K"), std::string::npos) << coda_gemm_hook_error();
+  EXPECT_EQ(coda_gemm_run_candidate("coop_128x256x64_c2x1:swizzle=3", &desc, nullptr, 0, nullptr),
+            CODA_ERROR_INVALID_ARGUMENT);
+  // M-major A needs M % 8 == 0 for TMA: CODA kernels refuse with the rule, the autotuned path uses cuBLAS.
+  Problem const w(kWgrad, 7, 16, 24, 10, false);
+  coda_gemm_problem const wdesc = w.desc();
+  EXPECT_EQ(coda_gemm_candidate_check("pp_128x128x64_c2x1", &wdesc), 0);
+  EXPECT_NE(std::string(coda_gemm_hook_error()).find("M-major"), std::string::npos) << coda_gemm_hook_error();
+  check_candidate(w, nullptr);
+  EXPECT_EQ(std::string(coda_gemm_last_choice()), "cublas");
+}
+
+// The public C ABI path (src/api validation + autotuned dispatch).
+TEST(GpuGemm, PublicCodaGemm) {
+  CODA_REQUIRE_SM90();
+  for (ProblemClass const& cls : {kFwd, kDgrad, kWgrad, kWgradF32Acc, kFwdF16}) {
+    Problem const p(cls, 1000, 264, 520, 11, true);
+    ASSERT_TRUE(p.allocated());
+    coda_tensor a{}, b{}, d{};
+    int device = 0;
+    cudaGetDevice(&device);
+    a.data = const_cast<void*>(p.a_ptr());
+    a.dtype = cls.dtype_ab;
+    a.rank = 2;
+    a.sizes[0] = p.M();
+    a.sizes[1] = p.K();
+    a.strides[0] = cls.a_col_major ? 1 : p.lda();
+    a.strides[1] = cls.a_col_major ? p.lda() : 1;
+    a.device = device;
+    b = a;
+    b.data = const_cast<void*>(p.b_ptr());
+    b.sizes[0] = p.N();
+    b.strides[0] = cls.b_col_major ? 1 : p.ldb();
+    b.strides[1] = cls.b_col_major ? p.ldb() : 1;
+    d = a;
+    d.data = p.d_ptr();
+    d.dtype = cls.dtype_d;
+    d.sizes[0] = p.M();
+    d.sizes[1] = p.N();
+    d.strides[0] = p.ldd();
+    d.strides[1] = 1;
+    size_t const ws_bytes = coda_gemm_workspace_size(p.M(), p.N(), p.K());
+    DeviceBuffer ws(ws_bytes);
+    Outcome const o = p.run([&](std::string* error) {
+      coda_status const s = coda_gemm(&a, &b, &d, cls.alpha, cls.accumulate ? 1 : 0, ws.ptr, ws_bytes, nullptr);
+      if (s != CODA_SUCCESS) *error = coda_last_error();
+      return s;
+    });
+    ASSERT_TRUE(o.ran) << p.label() << ": " << o.error;
+    EXPECT_EQ(o.nonfinite, 0) << p.label();
+    EXPECT_EQ(o.padding_changed, 0) << p.label();
+    EXPECT_LE(o.max_ratio, 1.0) << p.label() << ": max |err| " << o.max_err;
+    std::printf("[coda_gemm] %s (%s -> %s): ran %s, max |err| %.3g = %.3g x bound\n", p.label().c_str(),
+                dtype_name(cls.dtype_ab), dtype_name(cls.dtype_d), coda_gemm_last_choice(), o.max_err, o.max_ratio);
+  }
+}
+
+// A small case of every compiled config on every layout class, for compute-sanitizer (tools/gpu-check --sanitize
+// runs the tests named *Sanitize*). Same checks as above.
+TEST(GemmSanitize, EveryConfigSmall) {
+  CODA_REQUIRE_SM90();
+  for (ProblemClass const& cls : {kFwd, kDgrad, kWgrad, kWgradF32Acc}) {
+    Problem const p(cls, 264, 136, 200, 99, true);
+    ASSERT_TRUE(p.allocated()) << p.label();
+    int ran = 0;
+    for (int i = 0; i < coda_gemm_config_count(); ++i) {
+      std::string const name = coda_gemm_config_name(i);
+      if (name == "cublas") continue;
+      ran += check_candidate(p, name.c_str()).has_value() ? 1 : 0;
+    }
+    EXPECT_GE(ran, 2) << p.label();
+  }
+}
