@@ -3,9 +3,9 @@
 //
 // Each check: inputs random (activations ~N(0,1), weights ~N(0,0.02)), the output buffer (with padding columns and a
 // guard tail) poisoned with NaN before the launch; afterwards every element in [M,N] is finite, within the
-// rounding bound of the float64 result and within PROTOCOL.md's acceptance rule (max |coda - ref| <= 2 max
-// |unfused - ref| + 1e-6, unfused = fp32 accumulation rounded once), padding and guard are untouched, and a second
-// run gives the same bits.
+// single-rounding bound of the float64 result and within PROTOCOL.md's acceptance rule (max |coda - ref| <= 2 max
+// |unfused - ref| + 1e-6, the unfused pipeline being cuBLAS's GEMM of the same problem), padding and guard are
+// untouched, and a second run gives the same bits.
 // Configs are selected through the exported test hooks in src/gemm/gemm_hooks.h (coda_gemm_run_candidate); the
 // public coda_gemm entry point and the CODA_GEMM_CONFIG pin are tested too. Every test skips without an sm_90 GPU.
 #include <coda/coda.h>
@@ -112,7 +112,6 @@ struct Outcome {
   std::vector<uint8_t> bits;  // the whole D buffer after the run
   double max_err = 0.0;       // max |out - ref|
   double max_ratio = 0.0;     // max |out - ref| / bound (pass: <= 1)
-  double unfused_err = 0.0;   // max |unfused - ref| on the same elements (the acceptance rule's baseline)
   int64_t nonfinite = 0;      // NaN/Inf in [M,N] (unwritten elements stay NaN)
   int64_t padding_changed = 0;
 };
@@ -237,7 +236,6 @@ class Problem {
         size_t const j = r * static_cast<size_t>(N_) + static_cast<size_t>(n);
         double const err = std::fabs(got - ref_[j]);
         if (!(err <= o.max_err)) o.max_err = std::isnan(err) ? INFINITY : err;
-        o.unfused_err = std::max(o.unfused_err, std::fabs(unfused_[j] - ref_[j]));
         double const ratio = err / bound_[j];
         if (!(ratio <= o.max_ratio)) o.max_ratio = std::isnan(ratio) ? INFINITY : ratio;
       }
@@ -270,25 +268,21 @@ class Problem {
                                                         : std::ldexp(1.0, -24);
     double const u = std::ldexp(1.0, -24);
     ref_.assign(rows_.size() * static_cast<size_t>(N_), 0.0);
-    unfused_.assign(ref_.size(), 0.0);
     bound_.assign(ref_.size(), 0.0);
     for (size_t r = 0; r < rows_.size(); ++r) {
       double const* a = &a_[static_cast<size_t>(rows_[r] * K_)];
       for (int64_t n = 0; n < N_; ++n) {
         double const* b = &b_[static_cast<size_t>(n * K_)];
         double s = 0.0, s_abs = 0.0;
-        float s32 = 0.0f;  // the unfused pipeline: fp32 accumulation, then one rounding to the output type
         for (int64_t k = 0; k < K_; ++k) {
           s += a[k] * b[k];
           s_abs += std::fabs(a[k] * b[k]);
-          s32 += static_cast<float>(a[k]) * static_cast<float>(b[k]);
         }
         double const d0 = d0_[static_cast<size_t>(rows_[r] * N_ + n)];
         double const alpha = cls_.alpha;
         double const ref = alpha * s + d0;
         size_t const j = r * static_cast<size_t>(N_) + static_cast<size_t>(n);
         ref_[j] = ref;
-        unfused_[j] = coda::ref::round_to(static_cast<double>(cls_.alpha * s32 + static_cast<float>(d0)), cls_.dtype_d);
         bound_[j] = eps_out * std::fabs(ref) + 2.0 * static_cast<double>(K_ + 4) * u * std::fabs(alpha) * s_abs +
                     2.0 * u * std::fabs(d0) + 1e-30;
       }
@@ -298,7 +292,7 @@ class Problem {
   ProblemClass cls_;
   int64_t M_, N_, K_, lda_ = 0, ldb_ = 0, ldd_ = 0;
   std::vector<uint8_t> a_host_, b_host_, d_init_;
-  std::vector<double> a_, b_, d0_, ref_, bound_, unfused_;
+  std::vector<double> a_, b_, d0_, ref_, bound_;
   std::vector<int64_t> rows_;
   size_t d_elems_ = 0;
   DeviceBuffer da_, db_, dd_;
@@ -306,7 +300,8 @@ class Problem {
 
 /// Runs `candidate` (nullptr: the autotuned path) twice on `p` and checks value, coverage, padding, determinism.
 /// Returns nullopt if the candidate cannot run the problem (its check failed), else its max |err| (EXPECTs inside).
-std::optional<double> check_candidate(Problem const& p, char const* candidate) {
+std::optional<double> check_candidate(Problem const& p, char const* candidate,
+                                      double acceptance_bound = INFINITY) {
   coda_gemm_problem const desc = p.desc();
   std::string const who = candidate != nullptr ? candidate : "<autotuned>";
   if (candidate != nullptr && coda_gemm_candidate_check(candidate, &desc) == 0) return std::nullopt;
@@ -326,12 +321,20 @@ std::optional<double> check_candidate(Problem const& p, char const* candidate) {
   EXPECT_EQ(first.nonfinite, 0) << who << " (" << used << ") on " << p.label()
                                 << ": elements not written or not finite";
   EXPECT_EQ(first.padding_changed, 0) << who << " (" << used << ") on " << p.label() << ": wrote outside [M,N]";
-  EXPECT_LE(first.max_ratio, 1.0) << who << " (" << used << ") on " << p.label() << ": max |err| " << first.max_err
-                                  << " is " << first.max_ratio << " x the rounding bound";
-  // PROTOCOL.md's acceptance rule against the same-dtype unfused computation (fp32 accumulate, one rounding).
-  EXPECT_LE(first.max_err, 2.0 * first.unfused_err + 1e-6)
-      << who << " (" << used << ") on " << p.label() << ": acceptance rule: coda max |err| " << first.max_err
-      << ", unfused max |err| " << first.unfused_err;
+  // The single-rounding bound holds for CODA's epilogue (alpha*acc + beta*C in fp32, rounded once). cuBLAS with a
+  // 16-bit C rounds twice when accumulating (measured on H200: up to 200x this bound where ab and C cancel), like
+  // PyTorch's d.add_(a @ b.T); it is held to the acceptance rule only.
+  bool const double_rounding_ok =
+      used == "cublas" && p.cls().accumulate && p.cls().dtype_d != CODA_FP32;
+  if (!double_rounding_ok) {
+    EXPECT_LE(first.max_ratio, 1.0) << who << " (" << used << ") on " << p.label() << ": max |err| "
+                                    << first.max_err << " is " << first.max_ratio << " x the rounding bound";
+  }
+  // PROTOCOL.md's acceptance rule: max |coda - ref| <= 2 max |unfused - ref| + 1e-6, where the unfused pipeline
+  // is cuBLAS's GEMM of the same problem (what PyTorch runs); the caller passes that bound.
+  EXPECT_LE(first.max_err, acceptance_bound) << who << " (" << used << ") on " << p.label()
+                                             << ": acceptance rule: max |err| " << first.max_err << " > bound "
+                                             << acceptance_bound;
   EXPECT_TRUE(second.ran && second.bits == first.bits) << who << " (" << used << ") on " << p.label()
                                                        << ": two runs differ";
   return first.max_err;
@@ -389,22 +392,22 @@ void sweep(ProblemClass const& cls, std::vector<std::array<int64_t, 3>> const& s
   for (auto const& s : shapes) {
     Problem const p(cls, s[0], s[1], s[2], seed++, pad_ld);
     ASSERT_TRUE(p.allocated()) << p.label();
+    // The unfused baseline of the acceptance rule: cuBLAS on the same problem.
+    std::optional<double> const cublas_err = check_candidate(p, "cublas");
+    ASSERT_TRUE(cublas_err.has_value()) << "cuBLAS must take every problem: " << p.label();
+    double const bound = 2.0 * *cublas_err + 1e-6;
     int coda_kernels = 0;
-    double coda_err = 0.0, cublas_err = -1.0;
+    double coda_err = 0.0;
     for (std::string const& c : candidates) {
-      std::optional<double> const err = check_candidate(p, c.c_str());
+      if (c == "cublas") continue;
+      std::optional<double> const err = check_candidate(p, c.c_str(), bound);
       if (!err) continue;
-      std::string const config = c.substr(0, c.find(':'));
-      if (config == "cublas") {
-        cublas_err = *err;
-      } else {
-        ++coda_kernels;
-        coda_err = std::max(coda_err, *err);
-      }
-      if (ran_per_config != nullptr) ++(*ran_per_config)[config];
+      ++coda_kernels;
+      coda_err = std::max(coda_err, *err);
+      if (ran_per_config != nullptr) ++(*ran_per_config)[c.substr(0, c.find(':'))];
     }
     std::printf("[gemm] %-60s CODA kernels: %2d, max |err| %.3g; cuBLAS max |err| %.3g\n", p.label().c_str(),
-                coda_kernels, coda_err, cublas_err);
+                coda_kernels, coda_err, *cublas_err);
     // Every bf16 class with compiled kernels must get at least two of them whenever TMA can take the shape.
     bool const compiled = cls.dtype_ab == CODA_BF16 && !(cls.a_col_major && !cls.b_col_major) &&
                           (cls.dtype_d == CODA_BF16 || (cls.a_col_major && cls.b_col_major));
@@ -412,10 +415,12 @@ void sweep(ProblemClass const& cls, std::vector<std::array<int64_t, 3>> const& s
     if (compiled && aligned) {
       EXPECT_GE(coda_kernels, 2) << "too few CODA kernels accepted " << p.label();
     }
-    setenv("CODA_GEMM_NO_CUBLAS", "1", 1);
-    check_candidate(p, nullptr);
-    unsetenv("CODA_GEMM_NO_CUBLAS");
-    check_candidate(p, nullptr);
+    if (coda_kernels > 0) {  // the autotuned path without cuBLAS exists only where a CODA kernel takes the shape
+      setenv("CODA_GEMM_NO_CUBLAS", "1", 1);
+      check_candidate(p, nullptr, bound);
+      unsetenv("CODA_GEMM_NO_CUBLAS");
+    }
+    check_candidate(p, nullptr, bound);
   }
 }
 
