@@ -75,8 +75,11 @@ constexpr Entry kEntries[] = {
     {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_sk_128x256x64_c2x1},
     {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_sk_128x256x64_c2x1},
     {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_pp_128x128x64_c2x1},
+    {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_coop_128x256x64_c2x1},
+    {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_coop_256x128x64_c1x2},
     {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_sk_128x256x64_c2x1},
     {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_pp_128x128x64_c2x1},
+    {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_coop_128x256x64_c2x1},
     {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_sk_128x256x64_c2x1},
     {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_pp_128x128x64_c2x1},
 };

@@ -34,9 +34,12 @@ Ops const& fwd_bf16_bf16_sk_128x256x64_c2x1();
 // dgrad, bf16 -> bf16.
 Ops const& dgrad_bf16_bf16_sk_128x256x64_c2x1();
 Ops const& dgrad_bf16_bf16_pp_128x128x64_c2x1();
+Ops const& dgrad_bf16_bf16_coop_128x256x64_c2x1();
+Ops const& dgrad_bf16_bf16_coop_256x128x64_c1x2();
 // wgrad, bf16 -> bf16 and bf16 -> fp32 (fp32 master-gradient accumulation).
 Ops const& wgrad_bf16_bf16_sk_128x256x64_c2x1();
 Ops const& wgrad_bf16_bf16_pp_128x128x64_c2x1();
+Ops const& wgrad_bf16_bf16_coop_128x256x64_c2x1();
 Ops const& wgrad_bf16_fp32_sk_128x256x64_c2x1();
 Ops const& wgrad_bf16_fp32_pp_128x128x64_c2x1();
 
