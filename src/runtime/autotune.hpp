@@ -28,13 +28,15 @@ struct TuneCandidate {
 };
 
 struct TimingOptions {
-  int min_reps = 2;         ///< timed runs per candidate, at least
+  int min_reps = 3;         ///< timed runs per candidate and round, at least
   int max_reps = 10;        ///< and at most
-  float target_ms = 25.0f;  ///< aim for about this much timed work per candidate
+  int rounds = 3;           ///< round-robin rounds over all candidates (median over every timed run)
+  float target_ms = 30.0f;  ///< aim for about this much timed work per candidate (all rounds together)
 };
 
-/// Times each candidate on `stream`: one warm-up run, one run to estimate the time, then `reps` event-timed runs
-/// (reps from TimingOptions and the estimate); returns the median time in ms per candidate, +infinity for a
+/// Times each candidate on `stream`: one warm-up run and one run to estimate the time, then `rounds` round-robin
+/// rounds in which every candidate gets `reps` event-timed runs (reps from TimingOptions and the estimate);
+/// returns the median over all timed runs in ms per candidate, +infinity for a
 /// candidate that threw or failed to launch. Blocks the calling thread until the timing runs finish. The stream
 /// must not be capturing a CUDA graph (check with stream_is_capturing first).
 std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates, cudaStream_t stream,
