@@ -75,9 +75,8 @@ std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates,
     int const n = estimate > 0.0f ? static_cast<int>(std::ceil(options.target_ms / rounds / estimate)) : max_reps;
     reps[i] = std::clamp(n, min_reps, max_reps);
   }
-  // Round-robin rounds: every candidate is timed in every round, so clock or thermal drift during tuning spreads
-  // over all of them instead of favouring whichever ran first (measured on H200: sequential timing picked a
-  // kernel 12% slower than the best one on 8192x28672x4096).
+  // Rounds: every candidate is timed in every round, so with rounds > 1 clock or thermal drift during tuning
+  // spreads over all of them (see TimingOptions::rounds for what was measured).
   for (int round = 0; round < rounds; ++round) {
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (reps[i] == 0) continue;
