@@ -38,7 +38,8 @@ struct TimingOptions {
 };
 
 /// Times each candidate on `stream`: one warm-up run and one run to estimate the time, then `rounds` round-robin
-/// rounds in which every candidate gets `reps` event-timed runs (reps from TimingOptions and the estimate);
+/// rounds in which every candidate gets `reps` event-timed runs (reps from TimingOptions and the estimate), each
+/// after an L2 flush (operands come from HBM, as in training);
 /// returns the median over all timed runs in ms per candidate, +infinity for a
 /// candidate that threw or failed to launch. Blocks the calling thread until the timing runs finish. The stream
 /// must not be capturing a CUDA graph (check with stream_is_capturing first).
