@@ -7,6 +7,8 @@
 #include "api/checks.hpp"
 #include "api/guard.hpp"
 #include "kernels/kernels.hpp"
+#include "ops/linear_residual_rmsnorm/kernels.hpp"
+#include "ops/linear_rowscale/kernels.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -20,6 +22,16 @@ api::LinearShape check_rowscale_inputs(Arg h, Arg w, Arg rstd) {
   api::LinearShape const s = api::check_linear(h, w);
   api::check_vector(rstd, s.M, {CODA_FP32}, "M", "h.sizes[0]");
   return s;
+}
+
+// Row stride of a validated row-major [rows, cols] tensor (a single row may carry any stride).
+int64_t row_stride(Arg t, int64_t cols) { return t.size(0) > 1 ? t.stride(0) : cols; }
+
+// The fused GEMM kernels are compiled for bf16 only (docs/FUSED_OPS.md); fp16 passes validation and stops here.
+void require_bf16_kernels(char const* op, Arg like) {
+  if (like.dtype() != CODA_BF16) {
+    fail(CODA_ERROR_NOT_IMPLEMENTED, op, ": fp16 kernels not built yet (bf16 only in this build)");
+  }
 }
 
 }  // namespace
@@ -49,8 +61,15 @@ CODA_API coda_status coda_linear_residual_rmsnorm(const coda_tensor* a, const co
     api::check_disjoint({H, S}, {A, W, R, G, X});
     api::require_workspace("coda_linear_residual_rmsnorm", workspace, workspace_bytes,
                            coda_linear_residual_rmsnorm_workspace_size(s.M, s.N));
-    api::require_same_device({A, W, R, G, X, H, S});
-    api::not_implemented("coda_linear_residual_rmsnorm", "issue 4: forward fused kernels");
+    int const device = api::require_same_device({A, W, R, G, X, H, S});
+    require_bf16_kernels("coda_linear_residual_rmsnorm", A);
+    api::require_kernel_device(device, {A, W, R, G, X, H, S});
+    if (s.M == 0) return;
+    coda::ops::linear_residual_rmsnorm(s.M, s.N, s.K, a->data, row_stride(A, s.K), w->data, row_stride(W, s.K),
+                                       residual->data, row_stride(R, s.N), gamma->data, eps, x_out->data,
+                                       row_stride(X, s.N), h_out->data, row_stride(H, s.N),
+                                       static_cast<float*>(rstd_out->data), workspace, workspace_bytes,
+                                       static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -127,8 +146,13 @@ CODA_API coda_status coda_linear_rowscale(const coda_tensor* h, const coda_tenso
     api::check_disjoint({Y}, {Hh, W, S});
     api::require_workspace("coda_linear_rowscale", workspace, workspace_bytes,
                            coda_linear_rowscale_workspace_size(s.M, s.N));
-    api::require_same_device({Hh, W, S, Y});
-    api::not_implemented("coda_linear_rowscale", "issue 4: forward fused kernels");
+    int const device = api::require_same_device({Hh, W, S, Y});
+    require_bf16_kernels("coda_linear_rowscale", Hh);
+    api::require_kernel_device(device, {Hh, W, S, Y});
+    if (s.M == 0) return;
+    coda::ops::linear_rowscale(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
+                               static_cast<float const*>(rstd->data), y_out->data, row_stride(Y, s.N),
+                               static_cast<cudaStream_t>(stream));
   });
 }
 

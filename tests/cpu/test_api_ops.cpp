@@ -32,23 +32,6 @@ struct RowScale {
 
 // ---- ops whose kernels come with later issues ----------------------------------------------------------------
 
-TEST(NotYetBuilt, LinearResidualRmsnorm) {
-  TensorPool pool;
-  coda_tensor a = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
-  coda_tensor r = pool.make(CODA_BF16, {M, N}), g = pool.make(CODA_BF16, {N});
-  coda_tensor x = pool.make(CODA_BF16, {M, N}), h = pool.make(CODA_BF16, {M, N}), s = pool.make(CODA_FP32, {M});
-  size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(M, N);
-  EXPECT_NOT_BUILT(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &x, &h, &s, pool.bytes(wsb), wsb, nullptr),
-                   "coda_linear_residual_rmsnorm");
-}
-
-TEST(NotYetBuilt, LinearRowscale) {
-  RowScale f;
-  auto& pool = f.pool;
-  coda_tensor y = pool.make(CODA_FP16, {M, N});
-  EXPECT_NOT_BUILT(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), "coda_linear_rowscale");
-}
-
 TEST(NotYetBuilt, LinearRowscaleSwiglu) {
   RowScale f;
   auto& pool = f.pool;
@@ -129,6 +112,46 @@ TEST(DeviceStage, RmsnormPrepare) {
   EXPECT_DEVICE_STAGE(coda_rmsnorm_prepare(&x, &g, 1e-6f, &h, &s, nullptr), "x:");
   coda_tensor xf = pool.make(CODA_FP16, {M, N}), gf = pool.make(CODA_FP16, {N}), hf = pool.make(CODA_FP16, {M, N});
   EXPECT_DEVICE_STAGE(coda_rmsnorm_prepare(&xf, &gf, 1e-5f, &hf, &s, nullptr), "x:");
+}
+
+// ---- fused forward GEMMs (src/ops): bf16 valid arguments reach the device stage; fp16 is not built ------------
+
+TEST(DeviceStage, LinearResidualRmsnorm) {
+  TensorPool pool;
+  coda_tensor a = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
+  coda_tensor r = pool.make(CODA_BF16, {M, N}), g = pool.make(CODA_BF16, {N});
+  coda_tensor x = pool.make(CODA_BF16, {M, N}), h = pool.make(CODA_BF16, {M, N}), s = pool.make(CODA_FP32, {M});
+  size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(M, N);
+  EXPECT_DEVICE_STAGE(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &x, &h, &s, pool.bytes(wsb), wsb, nullptr),
+                      "a:");
+  // in place: x_out aliases residual
+  EXPECT_DEVICE_STAGE(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &r, &h, &s, pool.bytes(wsb), wsb, nullptr),
+                      "a:");
+}
+
+TEST(NotYetBuilt, LinearResidualRmsnormFp16) {
+  TensorPool pool;
+  coda_tensor a = pool.make(CODA_FP16, {M, K}), w = pool.make(CODA_FP16, {N, K});
+  coda_tensor r = pool.make(CODA_FP16, {M, N}), g = pool.make(CODA_FP16, {N});
+  coda_tensor x = pool.make(CODA_FP16, {M, N}), h = pool.make(CODA_FP16, {M, N}), s = pool.make(CODA_FP32, {M});
+  size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(M, N);
+  EXPECT_REJECTED(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &x, &h, &s, pool.bytes(wsb), wsb, nullptr),
+                  CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_residual_rmsnorm", "fp16 kernels not built yet");
+}
+
+TEST(DeviceStage, LinearRowscale) {
+  TensorPool pool;
+  coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
+  coda_tensor rstd = pool.make(CODA_FP32, {M}), y = pool.make(CODA_BF16, {M, N});
+  EXPECT_DEVICE_STAGE(coda_linear_rowscale(&h, &w, &rstd, &y, nullptr, 0, nullptr), "h:");
+}
+
+TEST(NotYetBuilt, LinearRowscaleFp16) {
+  RowScale f;
+  auto& pool = f.pool;
+  coda_tensor y = pool.make(CODA_FP16, {M, N});
+  EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), CODA_ERROR_NOT_IMPLEMENTED,
+                  "coda_linear_rowscale", "fp16 kernels not built yet");
 }
 
 TEST(DeviceStage, CrossEntropy) {

@@ -1,0 +1,85 @@
+// F1's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory):
+//
+//   x  = plus(acc, C = residual)                   fp32, evaluated once (split-tree input)
+//   h  = AuxStore(R(multiplies(x, RowBroadcast(gamma))))
+//   D  = ColReduction<square_and_plus, FinalReduction = false>(x), which returns x: D = R(x)
+//
+// An Sm90SplitTreeVisitor<input, output, aux> evaluates x once and hands the *fp32* fragment to both consumers:
+// x is rounded to bf16 exactly once (by the collective, for D), h = R(x * gamma) is rounded once, and the sums of
+// squares use x before rounding. This is the rounding decision of docs/FUSED_OPS.md ("rounding"): it keeps every
+// output within one rounding of the float64 reference, while the unfused pipeline rounds x twice and takes its
+// statistics from the rounded x. The reduction writes per-(row, N-tile) fp32 partials to a compact m-major
+// [ceil(N/CTA_N), round_up(M, CTA_M)] buffer (no atomics, no workspace, deterministic).
+#pragma once
+
+#include "gemm/fused_linear.hpp"
+#include "ops/linear_residual_rmsnorm/kernels.hpp"
+
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/functional.h>
+#include <cutlass/numeric_types.h>
+
+namespace coda::ops {
+
+struct ResidualRmsnormEpilogue {
+  using Args = ResidualRmsnormArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementD = typename Traits::ElementD;
+    using ElementC = ElementD;  // residual
+    static constexpr auto kRound = Traits::kRound;
+    using TileShape = typename Traits::TileShape;
+
+    // x = acc + residual, kept in fp32 (rounded once, on the way to D)
+    using X = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, float, float, kRound>,
+        cutlass::epilogue::fusion::Sm90AccFetch, cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>>;
+
+    // h = R(x * gamma), stored through its own TMA store (same stages/smem atom as D would use)
+    using Descriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
+        TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
+    using HStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
+                                                                              ElementD>;
+    using Gamma = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
+                                                              cute::Stride<cute::_0, cute::_1, int64_t>>;
+    using H = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90AuxStore<HStore::Stages, typename HStore::EpilogueTile, ElementD, kRound,
+                                                typename HStore::Stride, typename HStore::SmemLayoutAtom,
+                                                typename HStore::CopyOpR2S>,
+        cutlass::epilogue::fusion::Sm90EVT<
+            cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>,
+            cutlass::epilogue::fusion::Sm90SplitTreeFetch, Gamma>>;
+
+    // D = R(x) (the collective converts the fp32 fragment), partials[m + Mpad * t] = sum_{n in tile t} x^2
+    using SumSq = cutlass::epilogue::fusion::Sm90ColReduction<
+        cutlass::square_and_plus, cutlass::plus, cutlass::plus, 0, TileShape, float, float, kRound,
+        cute::Stride<cute::_1, cute::_0, int64_t>, 4, true, /*FinalReduction=*/false>;
+    using Out = cutlass::epilogue::fusion::Sm90EVT<SumSq, cutlass::epilogue::fusion::Sm90SplitTreeFetch>;
+
+    using Fusion = cutlass::epilogue::fusion::Sm90SplitTreeVisitor<X, Out, H>;
+
+    /// Arguments in visitor order {input tree, aux tree(s), output tree}: op_0 = x, op_1 = h, op_2 = D/partials.
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
+      // h: {op_0 = multiply subtree {fetch, gamma, node}, op_1 = aux store}
+      out.op_1.op_0.op_1.ptr_row = static_cast<ElementD const*>(args.gamma);
+      out.op_1.op_0.op_1.null_default = ElementD(0);
+      out.op_1.op_0.op_1.dRow = {cute::_0{}, cute::_1{}, op.N};
+      out.op_1.op_1.ptr_aux = static_cast<ElementD*>(args.h);
+      int64_t const ldh = gemm::detail::effective_ld(args.ldh, op.M, op.N, 8);
+      out.op_1.op_1.dAux = gemm::detail::make_stride_from_ld<typename HStore::Stride>(ldh, ldh * op.M);
+      // partials: {op_0 = fetch, op_1 = reduction}
+      out.op_2.op_1.ptr_col = args.partials;
+      out.op_2.op_1.reduction_identity = 0.0f;
+      out.op_2.op_1.dCol = {cute::_1{}, cute::_0{}, op.M};
+    }
+  };
+};
+
+template <class Config>
+using ResidualRmsnormKernel =
+    gemm::FusedLinear<Config, ResidualRmsnormEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+                      cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+
+}  // namespace coda::ops

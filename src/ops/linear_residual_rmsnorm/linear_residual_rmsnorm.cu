@@ -1,0 +1,68 @@
+// F1 dispatch (host only, no CUTLASS): pick a compiled config, run the fused GEMM (x, h, partials), then the
+// deterministic rstd finishing kernel over the partials.
+#include "ops/linear_residual_rmsnorm/kernels.hpp"
+
+#include "common/error.hpp"
+#include "kernels/kernels.hpp"
+#include "ops/op_config.hpp"
+
+#include <cstdint>
+
+namespace coda::ops {
+
+PartialsLayout partials_layout(gemm::KernelInfo const& info, int64_t M, int64_t N) {
+  PartialsLayout p;
+  p.tiles = (N + info.tile_n - 1) / info.tile_n;
+  p.m_pad = (M + info.tile_m - 1) / info.tile_m * info.tile_m;
+  return p;
+}
+
+void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int64_t lda, void const* w,
+                             int64_t ldw, void const* residual, int64_t ldr, void const* gamma, float eps, void* x,
+                             int64_t ldx, void* h, int64_t ldh, float* rstd, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream) {
+  gemm::KernelOps<ResidualRmsnormArgs> const* const kernels[] = {
+      &residual_rmsnorm_kernels::fwd_bf16_coop_128x256x64_c2x1(),
+      &residual_rmsnorm_kernels::fwd_bf16_pp_128x128x64_c2x1()};
+  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
+  int pick = pinned_config("coda_linear_residual_rmsnorm", infos, 2);
+  if (pick < 0) {
+    // Heuristic: the epilogue (C load, two stores, a row reduction) is heavy, so pingpong 128x128, which overlaps
+    // it with the next tile's MMA (14 % less time than cooperative at K = 4096, CUTLASS_EVT.md section 7), unless
+    // K is long enough for the mainloop to dominate and the cooperative tile fills a wave.
+    int device = 0;
+    CODA_CUDA_CHECK(cudaGetDevice(&device));
+    bool const coop = K > 8192 && tile_count(*infos[0], M, N) >= gemm::device_sm_count(device);
+    pick = coop ? 0 : 1;
+  }
+  gemm::KernelOps<ResidualRmsnormArgs> const& k = *kernels[pick];
+
+  PartialsLayout const layout = partials_layout(k.info, M, N);
+  if (workspace_bytes < layout.bytes() || workspace == nullptr ||
+      (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {
+    coda::detail::fail(CODA_ERROR_WORKSPACE, "coda_linear_residual_rmsnorm: kernel ", k.info.config, " needs ",
+                       layout.bytes(), " bytes of 16-byte aligned workspace for the partials, got ",
+                       workspace_bytes);
+  }
+  gemm::Operands op;
+  op.M = M, op.N = N, op.K = K;
+  op.A = a, op.lda = lda;
+  op.B = w, op.ldb = ldw;
+  op.C = residual, op.ldc = ldr;
+  op.D = x, op.ldd = ldx;
+  ResidualRmsnormArgs args;
+  args.gamma = gamma;
+  args.h = h;
+  args.ldh = ldh;
+  args.partials = static_cast<float*>(workspace);
+  gemm::Knobs const knobs{};
+  size_t const need = k.workspace_size(op, args, knobs);
+  if (need != 0) {
+    coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_residual_rmsnorm: kernel ", k.info.config,
+                       " unexpectedly needs ", need, " bytes of CUTLASS workspace");
+  }
+  k.run(op, args, knobs, nullptr, 0, stream);
+  kernels::rmsnorm_rstd(args.partials, layout.tiles, M, layout.m_pad, N, eps, rstd, stream);
+}
+
+}  // namespace coda::ops

@@ -1,0 +1,46 @@
+// F2's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory):
+//
+//   y = multiplies(ColBroadcast(rstd), acc)      fp32 product, one rounding to bf16; no C tile
+//
+// Sm90ColBroadcast loads the CTA tile's rows of rstd into registers once per tile (begin()), no smem.
+#pragma once
+
+#include "gemm/fused_linear.hpp"
+#include "ops/linear_rowscale/kernels.hpp"
+
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/functional.h>
+#include <cutlass/numeric_types.h>
+
+namespace coda::ops {
+
+struct RowscaleEpilogue {
+  using Args = RowscaleArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementD = typename Traits::ElementD;
+    using ElementC = void;
+    static constexpr auto kRound = Traits::kRound;
+
+    using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, typename Traits::TileShape, float, float,
+                                                             cute::Stride<cute::_1, cute::_0, int64_t>>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, Rstd,
+        cutlass::epilogue::fusion::Sm90AccFetch>;
+
+    /// {op_0 = rstd broadcast, op_1 = acc fetch, op_2 = multiply node}
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
+      out.op_0.ptr_col = args.rstd;
+      out.op_0.null_default = 0.0f;
+      out.op_0.dCol = {cute::_1{}, cute::_0{}, op.M};
+    }
+  };
+};
+
+template <class Config>
+using RowscaleKernel = gemm::FusedLinear<Config, RowscaleEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+                                         cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+
+}  // namespace coda::ops

@@ -1,0 +1,29 @@
+// F2 coda_linear_rowscale: y = diag(rstd) (h w^T). CUTLASS-free interface: the epilogue arguments, the getters of
+// the compiled kernels (one per src/ops/linear_rowscale/<config>.cu) and the dispatch. docs/FUSED_OPS.md.
+#pragma once
+
+#include "gemm/kernel_api.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace coda::ops {
+
+/// Run-time arguments of the rowscale epilogue (besides Operands: A = h, B = w, D = y, no C).
+struct RowscaleArgs {
+  float const* rstd = nullptr;  ///< [M] fp32, contiguous
+};
+
+namespace rowscale_kernels {
+gemm::KernelOps<RowscaleArgs> const& fwd_bf16_coop_128x256x64_c2x1();
+gemm::KernelOps<RowscaleArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+}  // namespace rowscale_kernels
+
+/// bf16 y[M,N] (row stride ldy) = rstd[m] * (h[M,K] (row stride ldh) w[N,K]^T (row stride ldw)), fp32 product,
+/// one rounding. Picks a config (CODA_OP_CONFIG pins one: op_config.hpp) and enqueues on `stream`.
+/// M, N, K >= 1. Throws coda::detail::Error.
+void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w, int64_t ldw,
+                     float const* rstd, void* y, int64_t ldy, cudaStream_t stream);
+
+}  // namespace coda::ops

@@ -1,0 +1,39 @@
+// F2 dispatch (host only, no CUTLASS): pick a compiled config, build Operands, launch.
+#include "ops/linear_rowscale/kernels.hpp"
+
+#include "common/error.hpp"
+#include "ops/op_config.hpp"
+
+namespace coda::ops {
+
+void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w, int64_t ldw,
+                     float const* rstd, void* y, int64_t ldy, cudaStream_t stream) {
+  gemm::KernelOps<RowscaleArgs> const* const kernels[] = {&rowscale_kernels::fwd_bf16_coop_128x256x64_c2x1(),
+                                                          &rowscale_kernels::fwd_bf16_pp_128x128x64_c2x1()};
+  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
+  int pick = pinned_config("coda_linear_rowscale", infos, 2);
+  if (pick < 0) {
+    // Heuristic (plain-GEMM behaviour: the epilogue is one multiply): the 128x256 cooperative tile once it fills
+    // a wave of SMs, else pingpong 128x128 (twice the tiles).
+    int device = 0;
+    CODA_CUDA_CHECK(cudaGetDevice(&device));
+    pick = tile_count(*infos[0], M, N) >= gemm::device_sm_count(device) ? 0 : 1;
+  }
+  gemm::Operands op;
+  op.M = M, op.N = N, op.K = K;
+  op.A = h, op.lda = ldh;
+  op.B = w, op.ldb = ldw;
+  op.D = y, op.ldd = ldy;
+  RowscaleArgs args;
+  args.rstd = rstd;
+  gemm::Knobs const knobs{};
+  gemm::KernelOps<RowscaleArgs> const& k = *kernels[pick];
+  size_t const need = k.workspace_size(op, args, knobs);
+  if (need != 0) {
+    coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale: kernel ", k.info.config, " unexpectedly needs ",
+                       need, " bytes of workspace");
+  }
+  k.run(op, args, knobs, nullptr, 0, stream);
+}
+
+}  // namespace coda::ops

@@ -1,0 +1,28 @@
+// Config pinning shared by the fused ops (host only, no CUTLASS).
+#include "ops/op_config.hpp"
+
+#include "common/error.hpp"
+#include "runtime/autotune.hpp"
+
+#include <string>
+
+namespace coda::ops {
+
+int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count) {
+  std::string const pinned = runtime::env_string("CODA_OP_CONFIG");
+  if (pinned.empty()) return -1;
+  std::string compiled;
+  for (int i = 0; i < count; ++i) {
+    if (pinned == infos[i]->config) return i;
+    compiled += (i == 0 ? "" : ", ");
+    compiled += infos[i]->config;
+  }
+  coda::detail::fail(CODA_ERROR_INVALID_ARGUMENT, "CODA_OP_CONFIG=", pinned, ": ", op, " has no kernel for this",
+                     " config (compiled: ", compiled, ")");
+}
+
+int64_t tile_count(gemm::KernelInfo const& info, int64_t M, int64_t N) {
+  return ((M + info.tile_m - 1) / info.tile_m) * ((N + info.tile_n - 1) / info.tile_n);
+}
+
+}  // namespace coda::ops

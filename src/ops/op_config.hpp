@@ -1,0 +1,19 @@
+// Config selection shared by the fused ops' dispatchers (CUTLASS-free).
+#pragma once
+
+#include "gemm/kernel_api.hpp"
+
+#include <cstdint>
+
+namespace coda::ops {
+
+/// CODA_OP_CONFIG=<config name> (e.g. "pp_128x128x64_c2x1") pins the mainloop config of every fused op. Returns
+/// the index of the pinned config among the op's `count` compiled kernels, -1 when the variable is unset or empty;
+/// a config the op does not have compiled is an error (CODA_ERROR_INVALID_ARGUMENT) naming the variable, the op
+/// and the compiled configs — never a silent fallback. Read on every call, so tests can switch it with setenv.
+int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count);
+
+/// Output tiles of a kernel's CTA tile on an M x N output.
+int64_t tile_count(gemm::KernelInfo const& info, int64_t M, int64_t N);
+
+}  // namespace coda::ops

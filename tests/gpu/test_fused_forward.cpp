@@ -1,0 +1,319 @@
+// GPU tests of the first fused forward ops (issue 4): F2 coda_linear_rowscale and F1 coda_linear_residual_rmsnorm,
+// against the float64 reference with the acceptance rule (MATH.md, last section) for every output (y; x, h, rstd).
+// Every compiled config is forced through CODA_OP_CONFIG, and the default (heuristic) path runs with it unset.
+// Outputs have poisoned (NaN) row padding that must stay untouched, the F1 workspace is poisoned (every partial
+// the rstd kernel reads must have been written), every call runs twice and must be bit-identical, and F1 runs
+// in place (x_out aliasing residual). `FusedForwardSanitize.*` is the small case for compute-sanitizer.
+// Every test skips without an sm_90 GPU.
+#include <coda/coda.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_util.hpp"
+#include "gpu/kernel_test_util.hpp"
+#include "reference/reference.hpp"
+
+namespace {
+
+using namespace coda::ref;
+using coda::test::Accepted;
+using coda::test::DeviceBuffer;
+using coda::test::kPoison16;
+using coda::test::strided_tensor;
+
+constexpr coda_dtype kDt = CODA_BF16;
+constexpr int64_t kPad = 8;  // extra (poisoned) elements per output row
+
+/// The compiled configs of both ops, plus nullptr = the default path (CODA_OP_CONFIG unset).
+char const* const kConfigs[] = {"coop_128x256x64_c2x1", "pp_128x128x64_c2x1", nullptr};
+
+std::string config_name(char const* config) { return config != nullptr ? config : "default"; }
+
+/// Sets CODA_OP_CONFIG (or unsets it for nullptr) for the lifetime of the object.
+class PinConfig {
+ public:
+  explicit PinConfig(char const* config) {
+    if (config != nullptr) {
+      setenv("CODA_OP_CONFIG", config, 1);
+    } else {
+      unsetenv("CODA_OP_CONFIG");
+    }
+  }
+  ~PinConfig() { unsetenv("CODA_OP_CONFIG"); }
+  PinConfig(PinConfig const&) = delete;
+  PinConfig& operator=(PinConfig const&) = delete;
+};
+
+struct Shape {
+  int64_t M, N, K;
+  std::string name() const {
+    return "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  }
+};
+
+size_t bytes16(int64_t rows, int64_t ld) { return static_cast<size_t>(rows * ld) * 2 + 16; }
+
+// ---- F2: coda_linear_rowscale -------------------------------------------------------------------------------------
+
+struct RowscaleData {
+  Shape s;
+  Matrix h, w;
+  Vector rstd;
+  Matrix ref, unf;
+};
+
+RowscaleData make_rowscale(Shape s, uint64_t seed) {
+  RowscaleData d;
+  d.s = s;
+  Rng rng(seed);
+  d.h = round_to(random_normal(s.M, s.K, 0.0, 4.0, rng), kDt);  // x * gamma: residual-stream scale
+  d.w = round_to(random_weight(s.N, s.K, rng), kDt);
+  d.rstd = random_normal(1, s.M, 0.25, 0.05, rng).data;
+  for (double& r : d.rstd) r = round_to(std::fabs(r) + 0.05, CODA_FP32);
+  d.ref = linear_rowscale(d.h, d.w, d.rstd);
+  d.unf = linear_rowscale_unfused(d.h, d.w, d.rstd, kDt);
+  return d;
+}
+
+/// Runs F2 twice on poisoned output; returns the dense y of the first run (and checks the second is identical).
+void run_rowscale(RowscaleData const& d, char const* config, std::vector<uint16_t>& y_out) {
+  Shape const s = d.s;
+  int64_t const ldy = s.N + kPad;
+  DeviceBuffer dh(bytes16(s.M, s.K)), dw(bytes16(s.N, s.K)), dr(static_cast<size_t>(s.M) * 4 + 16);
+  DeviceBuffer dy(bytes16(s.M, ldy));
+  dh.upload(to_bits(d.h, kDt));
+  dw.upload(to_bits(d.w, kDt));
+  std::vector<float> rstd_f(d.rstd.begin(), d.rstd.end());
+  dr.upload(rstd_f);
+  coda_tensor th = strided_tensor(dh.get(), kDt, s.M, s.K, s.K);
+  coda_tensor tw = strided_tensor(dw.get(), kDt, s.N, s.K, s.K);
+  coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {s.M});
+  coda_tensor ty = strided_tensor(dy.get(), kDt, s.M, s.N, ldy);
+  PinConfig const pin(config);
+  std::vector<uint16_t> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    dy.poison();
+    ASSERT_EQ(coda_linear_rowscale(&th, &tw, &ts, &ty, nullptr, 0, nullptr), CODA_SUCCESS) << coda_last_error();
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> const yp = dy.download<uint16_t>(static_cast<size_t>(s.M * ldy));
+    EXPECT_TRUE(coda::test::padding_untouched(yp, s.M, s.N, ldy, kPoison16)) << "y_out row padding was written";
+    if (rep == 0) {
+      first = yp;
+    } else {
+      EXPECT_TRUE(first == yp) << "two runs differ";
+    }
+  }
+  y_out = coda::test::unpad_rows(first, s.M, s.N, ldy);
+}
+
+void check_rowscale(RowscaleData const& d, char const* config, bool print) {
+  std::string const what = "F2 " + d.s.name() + " " + config_name(config);
+  SCOPED_TRACE(what);
+  std::vector<uint16_t> y;
+  ASSERT_NO_FATAL_FAILURE(run_rowscale(d, config, y));
+  Matrix const yc = matrix_from_bits(y.data(), d.s.M, d.s.N, kDt);
+  EXPECT_TRUE(Accepted(what + " y", acceptance(yc, d.unf, d.ref), print));
+}
+
+void rowscale_shapes(std::vector<Shape> const& shapes) {
+  for (Shape const& s : shapes) {
+    RowscaleData const d = make_rowscale(s, static_cast<uint64_t>(s.M * 1009 + s.N * 31 + s.K));
+    for (char const* config : kConfigs) check_rowscale(d, config, s.M >= 1000);
+  }
+}
+
+// ---- F1: coda_linear_residual_rmsnorm ----------------------------------------------------------------------------
+
+struct ResidualData {
+  Shape s;
+  Matrix a, w, residual;
+  Vector gamma;
+  float eps = 1e-5f;
+  ResidualRmsnorm ref, unf;
+};
+
+ResidualData make_residual(Shape s, uint64_t seed) {
+  ResidualData d;
+  d.s = s;
+  Rng rng(seed);
+  d.a = round_to(random_activation(s.M, s.K, rng), kDt);
+  d.w = round_to(random_weight(s.N, s.K, rng), kDt);
+  d.residual = round_to(random_residual(s.M, s.N, rng), kDt);
+  d.gamma = round_to(random_gamma(s.N, rng), kDt);
+  d.ref = linear_residual_rmsnorm(d.a, d.w, d.residual, d.gamma, d.eps);
+  d.unf = linear_residual_rmsnorm_unfused(d.a, d.w, d.residual, d.gamma, d.eps, kDt);
+  return d;
+}
+
+struct ResidualOut {
+  std::vector<uint16_t> x, h;  // dense [M, N]
+  std::vector<float> rstd;
+};
+
+/// Runs F1 twice (outputs and workspace poisoned before each run); in_place: x_out is the residual buffer
+/// (re-uploaded before each run).
+void run_residual(ResidualData const& d, char const* config, bool in_place, ResidualOut& out) {
+  Shape const s = d.s;
+  int64_t const ld = s.N + kPad;  // x / residual / h row stride
+  DeviceBuffer da(bytes16(s.M, s.K)), dw(bytes16(s.N, s.K)), dres(bytes16(s.M, ld)), dg(bytes16(1, s.N));
+  DeviceBuffer dx(bytes16(s.M, ld)), dh(bytes16(s.M, ld)), ds(static_cast<size_t>(s.M) * 4 + 16);
+  size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(s.M, s.N);
+  DeviceBuffer dws(wsb);
+  da.upload(to_bits(d.a, kDt));
+  dw.upload(to_bits(d.w, kDt));
+  dg.upload(to_bits(d.gamma, kDt));
+  std::vector<uint16_t> const res_bits = coda::test::pad_rows(to_bits(d.residual, kDt), s.M, s.N, ld, kPoison16);
+  coda_tensor ta = strided_tensor(da.get(), kDt, s.M, s.K, s.K);
+  coda_tensor tw = strided_tensor(dw.get(), kDt, s.N, s.K, s.K);
+  coda_tensor tr = strided_tensor(dres.get(), kDt, s.M, s.N, ld);
+  coda_tensor tg = coda::test::device_tensor(dg.get(), kDt, {s.N});
+  coda_tensor tx = in_place ? tr : strided_tensor(dx.get(), kDt, s.M, s.N, ld);
+  coda_tensor th = strided_tensor(dh.get(), kDt, s.M, s.N, ld);
+  coda_tensor ts = coda::test::device_tensor(ds.get(), CODA_FP32, {s.M});
+  PinConfig const pin(config);
+  ResidualOut first;
+  for (int rep = 0; rep < 2; ++rep) {
+    dres.upload(res_bits);
+    dx.poison();
+    dh.poison();
+    ds.poison();
+    dws.poison();
+    ASSERT_EQ(coda_linear_residual_rmsnorm(&ta, &tw, &tr, &tg, d.eps, &tx, &th, &ts, dws.get(), wsb, nullptr),
+              CODA_SUCCESS)
+        << coda_last_error();
+    CUDA_OK(cudaDeviceSynchronize());
+    DeviceBuffer const& xbuf = in_place ? dres : dx;
+    std::vector<uint16_t> const xp = xbuf.download<uint16_t>(static_cast<size_t>(s.M * ld));
+    std::vector<uint16_t> const hp = dh.download<uint16_t>(static_cast<size_t>(s.M * ld));
+    EXPECT_TRUE(coda::test::padding_untouched(xp, s.M, s.N, ld, kPoison16)) << "x_out row padding was written";
+    EXPECT_TRUE(coda::test::padding_untouched(hp, s.M, s.N, ld, kPoison16)) << "h_out row padding was written";
+    ResidualOut o;
+    o.x = coda::test::unpad_rows(xp, s.M, s.N, ld);
+    o.h = coda::test::unpad_rows(hp, s.M, s.N, ld);
+    o.rstd = ds.download<float>(static_cast<size_t>(s.M));
+    if (rep == 0) {
+      first = o;
+    } else {
+      EXPECT_TRUE(first.x == o.x) << "two runs differ (x)";
+      EXPECT_TRUE(first.h == o.h) << "two runs differ (h)";
+      EXPECT_EQ(std::memcmp(first.rstd.data(), o.rstd.data(), o.rstd.size() * sizeof(float)), 0)
+          << "two runs differ (rstd)";
+    }
+  }
+  out = first;
+}
+
+void check_residual(ResidualData const& d, char const* config, bool in_place, bool print) {
+  std::string const what = "F1 " + d.s.name() + " " + config_name(config) + (in_place ? " in-place" : "");
+  SCOPED_TRACE(what);
+  ResidualOut out;
+  ASSERT_NO_FATAL_FAILURE(run_residual(d, config, in_place, out));
+  Matrix const x = matrix_from_bits(out.x.data(), d.s.M, d.s.N, kDt);
+  Matrix const h = matrix_from_bits(out.h.data(), d.s.M, d.s.N, kDt);
+  Vector const rstd = vector_from_float(out.rstd.data(), d.s.M);
+  EXPECT_TRUE(Accepted(what + " x", acceptance(x, d.unf.x, d.ref.x), print));
+  EXPECT_TRUE(Accepted(what + " h", acceptance(h, d.unf.h, d.ref.h), print));
+  EXPECT_TRUE(Accepted(what + " rstd", acceptance(rstd, d.unf.rstd, d.ref.rstd), print));
+}
+
+void residual_shapes(std::vector<Shape> const& shapes) {
+  for (Shape const& s : shapes) {
+    ResidualData const d = make_residual(s, static_cast<uint64_t>(s.M * 7919 + s.N * 13 + s.K));
+    for (char const* config : kConfigs) check_residual(d, config, false, s.M >= 1000);
+  }
+}
+
+// The small and medium shapes: M in {1, 7, 1000, 4097} x (N, K) in {(264, 264), (8, 16), (16, 8), (8, 8),
+// (264, 8), (8, 264)} plus (2048, 2048) for M in {1, 7, 1000}. (4097, 2048, 2048) and the LLaMA shape are in the
+// *Large tests (the float64 reference GEMM takes tens of seconds there).
+std::vector<Shape> small_shapes() {
+  std::vector<Shape> shapes;
+  for (int64_t M : {1, 7, 1000, 4097}) {
+    for (auto nk : {std::pair<int64_t, int64_t>{264, 264}, {8, 16}, {16, 8}, {8, 8}, {264, 8}, {8, 264}}) {
+      shapes.push_back({M, nk.first, nk.second});
+    }
+    if (M != 4097) shapes.push_back({M, 2048, 2048});
+  }
+  return shapes;
+}
+
+std::vector<Shape> large_shapes() { return {{4097, 2048, 2048}, {4096, 2048, 2048}}; }
+
+// ---- tests ---------------------------------------------------------------------------------------------------------
+
+TEST(FusedForward, LinearRowscaleShapes) {
+  CODA_REQUIRE_SM90();
+  rowscale_shapes(small_shapes());
+}
+
+TEST(FusedForward, LinearRowscaleLarge) {
+  CODA_REQUIRE_SM90();
+  rowscale_shapes(large_shapes());
+}
+
+TEST(FusedForward, LinearResidualRmsnormShapes) {
+  CODA_REQUIRE_SM90();
+  residual_shapes(small_shapes());
+}
+
+TEST(FusedForward, LinearResidualRmsnormLarge) {
+  CODA_REQUIRE_SM90();
+  residual_shapes(large_shapes());
+}
+
+TEST(FusedForward, LinearResidualRmsnormInPlace) {
+  CODA_REQUIRE_SM90();
+  for (Shape s : {Shape{7, 264, 264}, Shape{1000, 2048, 264}, Shape{4097, 264, 2048}}) {
+    ResidualData const d = make_residual(s, static_cast<uint64_t>(s.M + s.N + s.K));
+    for (char const* config : kConfigs) check_residual(d, config, true, false);
+  }
+}
+
+TEST(FusedForward, PinnedUnknownConfigIsAnError) {
+  CODA_REQUIRE_SM90();
+  DeviceBuffer dh(bytes16(7, 16)), dw(bytes16(16, 16)), dr(64), dy(bytes16(7, 16));
+  coda_tensor th = strided_tensor(dh.get(), kDt, 7, 16, 16);
+  coda_tensor tw = strided_tensor(dw.get(), kDt, 16, 16, 16);
+  coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {7});
+  coda_tensor ty = strided_tensor(dy.get(), kDt, 7, 16, 16);
+  PinConfig const pin("sk_128x256x64_c2x1");  // a plain-GEMM config the fused ops do not compile
+  EXPECT_EQ(coda_linear_rowscale(&th, &tw, &ts, &ty, nullptr, 0, nullptr), CODA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(coda_last_error()).find("CODA_OP_CONFIG"), std::string::npos) << coda_last_error();
+}
+
+TEST(FusedForward, EmptyM) {
+  CODA_REQUIRE_SM90();
+  std::vector<DeviceBuffer> buf;
+  for (int i = 0; i < 7; ++i) buf.emplace_back(size_t{1} << 12);
+  coda_tensor a = strided_tensor(buf[0].get(), kDt, 0, 16, 16), w = strided_tensor(buf[1].get(), kDt, 16, 16, 16);
+  coda_tensor r = strided_tensor(buf[2].get(), kDt, 0, 16, 16), x = strided_tensor(buf[3].get(), kDt, 0, 16, 16);
+  coda_tensor h = strided_tensor(buf[4].get(), kDt, 0, 16, 16), g = coda::test::device_tensor(buf[5].get(), kDt, {16});
+  coda_tensor s = coda::test::device_tensor(buf[6].get(), CODA_FP32, {0});
+  EXPECT_EQ(coda_linear_rowscale(&a, &w, &s, &x, nullptr, 0, nullptr), CODA_SUCCESS) << coda_last_error();
+  EXPECT_EQ(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-5f, &x, &h, &s, nullptr, 0, nullptr), CODA_SUCCESS)
+      << coda_last_error();
+}
+
+// Small case of each op for compute-sanitizer (tools/gpu-check --sanitize): every config, ragged tiles.
+TEST(FusedForwardSanitize, LinearRowscaleSmall) {
+  CODA_REQUIRE_SM90();
+  RowscaleData const d = make_rowscale({264, 136, 200}, 11);
+  for (char const* config : kConfigs) check_rowscale(d, config, false);
+}
+
+TEST(FusedForwardSanitize, LinearResidualRmsnormSmall) {
+  CODA_REQUIRE_SM90();
+  ResidualData const d = make_residual({264, 136, 200}, 12);
+  for (char const* config : kConfigs) {
+    check_residual(d, config, false, false);
+    check_residual(d, config, true, false);
+  }
+}
+
+}  // namespace
