@@ -130,6 +130,9 @@ CODA_API coda_status coda_device_supported(int device, int* supported, int* majo
  *   x = a w^T + residual            (x_out: the new residual stream)
  *   h = x * gamma                   (h_out: input of the next GEMM, not yet normalised)
  *   rstd[m] = 1 / sqrt(mean_n x[m,n]^2 + eps)   (from per-tile partial sums of squares, finished deterministically)
+ * h and the sums of squares use x in fp32 (GEMM accumulator + residual) before x_out is rounded to the dtype, so
+ * rstd and h match the fp32 x, not bit for bit the stored x. One fused GEMM launch + the rmsnorm_rstd reduce.
+ * Kernels: bf16 (fp16 passes validation and returns CODA_ERROR_NOT_IMPLEMENTED: no fp16 kernel is built yet).
  * \param a         [M,K] bf16|fp16, row-major.
  * \param w         [N,K] same dtype, row-major (nn.Linear weight).
  * \param residual  [M,N] same dtype. May alias x_out (in-place residual update); must not alias h_out.
@@ -167,7 +170,8 @@ CODA_API coda_status coda_rmsnorm_prepare(const coda_tensor* x, const coda_tenso
                                           coda_tensor* h_out, coda_tensor* rstd_out, void* stream);
 
 /**
- * F2: y = diag(rstd) (h w^T) — the second half of RMSNorm-then-linear.
+ * F2: y = diag(rstd) (h w^T) — the second half of RMSNorm-then-linear (rstd * accumulator in fp32, rounded once).
+ * Kernels: bf16 (fp16 returns CODA_ERROR_NOT_IMPLEMENTED after validation: not built yet).
  * \param h [M,K] bf16|fp16 row-major. \param w [N,K] same dtype. \param rstd [M] fp32.
  * \param y_out [M,N] same dtype.
  */
