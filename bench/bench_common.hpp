@@ -196,6 +196,44 @@ inline std::string json_escape(std::string const& s) {
   return o;
 }
 
+/// Options every benchmark program takes (a program's Options derives from this).
+struct CommonOptions {
+  int reps = 20;
+  int warmup = 3;
+  bool flush = true;
+  bool list_only = false;
+  bool append = false;
+  std::string out;
+  std::string commit;
+  int device = 0;
+};
+
+/// Parses one of the shared options (--reps --warmup --no-flush --out --append --commit --device --list); `need`
+/// returns the option's value (advancing the index). Returns false for an option it does not know.
+template <class Need>
+bool parse_common_option(std::string const& a, CommonOptions& o, Need&& need) {
+  if (a == "--reps") {
+    o.reps = std::atoi(need().c_str());
+  } else if (a == "--warmup") {
+    o.warmup = std::atoi(need().c_str());
+  } else if (a == "--no-flush") {
+    o.flush = false;
+  } else if (a == "--out") {
+    o.out = need();
+  } else if (a == "--append") {
+    o.append = true;
+  } else if (a == "--commit") {
+    o.commit = need();
+  } else if (a == "--device") {
+    o.device = std::atoi(need().c_str());
+  } else if (a == "--list") {
+    o.list_only = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace coda_bench
 
 #endif  // CODA_BENCH_BENCH_COMMON_HPP_

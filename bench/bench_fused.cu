@@ -67,18 +67,10 @@ struct Shape {
   int64_t M = 0, N = 0, K = 0;
 };
 
-struct Options {
+struct Options : coda_bench::CommonOptions {
   std::set<std::string> models{"1B", "8B", "70B"};
   std::vector<int64_t> tokens{16384};
   std::set<std::string> ops{"f1", "f2"};
-  int reps = 20;
-  int warmup = 3;
-  bool flush = true;
-  bool list_only = false;
-  bool append = false;
-  std::string out;
-  std::string commit;
-  int device = 0;
 };
 
 void usage() {
@@ -125,22 +117,8 @@ Options parse(int argc, char** argv) {
         }
         o.ops.insert(x);
       }
-    } else if (a == "--reps") {
-      o.reps = std::atoi(need(i).c_str());
-    } else if (a == "--warmup") {
-      o.warmup = std::atoi(need(i).c_str());
-    } else if (a == "--no-flush") {
-      o.flush = false;
-    } else if (a == "--out") {
-      o.out = need(i);
-    } else if (a == "--append") {
-      o.append = true;
-    } else if (a == "--commit") {
-      o.commit = need(i);
-    } else if (a == "--device") {
-      o.device = std::atoi(need(i).c_str());
-    } else if (a == "--list") {
-      o.list_only = true;
+    } else if (coda_bench::parse_common_option(a, o, [&] { return need(i); })) {
+      // --reps --warmup --no-flush --out --append --commit --device --list
     } else if (a == "--help" || a == "-h") {
       usage();
       std::exit(0);

@@ -102,7 +102,7 @@ Shape make_shape(std::string config, std::string const& op, std::string const& k
 
 // ---- options -----------------------------------------------------------------------------------------------------
 
-struct Options {
+struct Options : coda_bench::CommonOptions {
   std::set<std::string> models{"1B", "8B", "70B"};
   std::vector<int64_t> tokens{8192, 16384};
   std::set<std::string> ops{"qkv", "out", "gate_up", "down", "lm_head", "square"};
@@ -110,15 +110,7 @@ struct Options {
   std::vector<int64_t> squares{2048, 4096, 8192};
   std::vector<Shape> custom;
   std::set<std::string> variants{"coda", "cublas"};
-  int reps = 20;
-  int warmup = 3;
-  bool flush = true;
   bool wgrad_fp32 = false;
-  bool list_only = false;
-  bool append = false;
-  std::string out;
-  std::string commit;
-  int device = 0;
 };
 
 void usage() {
@@ -195,22 +187,8 @@ Options parse(int argc, char** argv) {
       o.variants = set_of(need(i));
     } else if (a == "--wgrad-fp32") {
       o.wgrad_fp32 = true;
-    } else if (a == "--reps") {
-      o.reps = std::atoi(need(i).c_str());
-    } else if (a == "--warmup") {
-      o.warmup = std::atoi(need(i).c_str());
-    } else if (a == "--no-flush") {
-      o.flush = false;
-    } else if (a == "--out") {
-      o.out = need(i);
-    } else if (a == "--append") {
-      o.append = true;
-    } else if (a == "--commit") {
-      o.commit = need(i);
-    } else if (a == "--device") {
-      o.device = std::atoi(need(i).c_str());
-    } else if (a == "--list") {
-      o.list_only = true;
+    } else if (coda_bench::parse_common_option(a, o, [&] { return need(i); })) {
+      // --reps --warmup --no-flush --out --append --commit --device --list
     } else if (a == "--help" || a == "-h") {
       usage();
       std::exit(0);
