@@ -1,7 +1,10 @@
 // bench_fused: CODA's forward fused ops against the bare cuBLAS GEMM and an unfused pipeline (docs/PROTOCOL.md).
 //
-// Ops (bf16): F1 coda_linear_residual_rmsnorm at the out- and down-projection shapes, F2 coda_linear_rowscale at
-// the gate/up and q/k/v shapes of llama3-1B/8B/70B, M = --tokens rows (16384 by default).
+// Ops (bf16), each at its own GEMM shape of llama3-1B/8B/70B, M = --tokens rows (16384 by default):
+// F1 coda_linear_residual_rmsnorm at the out- and down-projection, F3 coda_linear_rowscale_swiglu at gate/up,
+// F4 coda_linear_rowscale_rope at q/k/v, F5 coda_linear_rowscale_lse at the LM head (V = 128256, logits not
+// stored, int32 targets); and F2 coda_linear_rowscale (the bare deferred row scale) at gate/up and
+// q/k/v for comparison.
 //
 // Method, as bench_gemm: CUDA events around each launch, --warmup launches of every variant first, an L2 flush (a
 // memset of 2x the L2 size) before every timed launch, the median of --reps (>= 20), input sets rotated when one
@@ -20,6 +23,13 @@
 //                 "prescale" = rowscale_kernel h -> bf16 temp hs = bf16(rstd * h) [M,K], then cublasGemmEx hs W^T
 //                 (what RMSNorm-then-linear costs unfused); K > N: "postscale" = cublasGemmEx -> bf16 temp [M,N],
 //                 then rowscale_kernel -> y.
+//             F3: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> z [M,2F], swiglu_kernel z -> y [M,F] (16-byte
+//                 accesses, silu in fp32).
+//             F4: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> qkv, rope_kernel in place on the q/k columns
+//                 (fp32 angles pos * inv_freq and sincosf, as HF computes its cos/sin tables, but without
+//                 materializing the tables).
+//             F5: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> logits [M,V] bf16, lse_kernel (one block per
+//                 row, one pass, 16-byte loads: online max / sum-exp in fp32, target logit).
 // TFLOP/s of every variant is 2MNK / time (the GEMM's flops only). Output: a table, a summary per op (geometric
 // means of coda/cublas time and of unfused/coda speedup) and, with --out, one JSON line per variant and shape.
 #include <coda/coda.h>
@@ -61,16 +71,17 @@ constexpr float kEps = 1e-5f;
 
 struct Shape {
   std::string config;  // model name (PROTOCOL.md)
-  std::string op;      // f1_out, f1_down, f2_gate_up, f2_qkv
+  std::string op;      // f1_out, f1_down, f2_gate_up, f2_qkv, f3_gate_up, f4_qkv
   std::string fused;   // C ABI function name
-  int which = 1;       // 1 = F1, 2 = F2
+  int which = 1;       // 1 = F1, 2 = F2, 3 = F3, 4 = F4, 5 = F5
   int64_t M = 0, N = 0, K = 0;
+  int32_t hq = 0, hkv = 0, hd = 0;  // F4 heads
 };
 
 struct Options : coda_bench::CommonOptions {
   std::set<std::string> models{"1B", "8B", "70B"};
   std::vector<int64_t> tokens{16384};
-  std::set<std::string> ops{"f1", "f2"};
+  std::set<std::string> ops{"f1", "f2", "f3", "f4", "f5"};
 };
 
 void usage() {
@@ -79,7 +90,9 @@ void usage() {
       "  --quick                 llama3-1B shapes only\n"
       "  --models 1B,8B,70B      models of the LLaMA shape set (default all)\n"
       "  --tokens 16384[,...]    token counts M (default 16384)\n"
-      "  --ops f1,f2             F1 linear_residual_rmsnorm (out, down), F2 linear_rowscale (gate_up, qkv)\n"
+      "  --ops f1,f2,f3,f4       F1 linear_residual_rmsnorm (out, down), F2 linear_rowscale (gate_up, qkv),\n"
+      "                          F3 linear_rowscale_swiglu (gate_up), F4 linear_rowscale_rope (qkv),\n"
+      "                          F5 linear_rowscale_lse (lm_head)\n"
       "  --reps N (>=20 per PROTOCOL.md, default 20)  --warmup N (default 3)  --no-flush\n"
       "  --out FILE.jsonl [--append]  --commit SHA  --device N  --list (print the shapes and exit)\n");
 }
@@ -111,8 +124,11 @@ Options parse(int argc, char** argv) {
       for (std::string x : split(need(i), ',')) {
         if (x == "F1" || x == "linear_residual_rmsnorm") x = "f1";
         if (x == "F2" || x == "linear_rowscale") x = "f2";
-        if (x != "f1" && x != "f2") {
-          std::fprintf(stderr, "unknown op %s (f1, f2)\n", x.c_str());
+        if (x == "F3" || x == "linear_rowscale_swiglu") x = "f3";
+        if (x == "F4" || x == "linear_rowscale_rope") x = "f4";
+        if (x == "F5" || x == "linear_rowscale_lse") x = "f5";
+        if (x != "f1" && x != "f2" && x != "f3" && x != "f4" && x != "f5") {
+          std::fprintf(stderr, "unknown op %s (f1, f2, f3, f4, f5)\n", x.c_str());
           std::exit(2);
         }
         o.ops.insert(x);
@@ -153,6 +169,13 @@ std::vector<Shape> shape_set(Options const& o) {
         out.push_back({m.name, "f2_gate_up", "linear_rowscale", 2, t, 2 * m.F, m.d});
         out.push_back({m.name, "f2_qkv", "linear_rowscale", 2, t, (m.hq + 2 * m.hkv) * m.hd, m.d});
       }
+      if (o.ops.count("f3") != 0) out.push_back({m.name, "f3_gate_up", "linear_rowscale_swiglu", 3, t, 2 * m.F, m.d});
+      if (o.ops.count("f4") != 0) {
+        Shape q{m.name, "f4_qkv", "linear_rowscale_rope", 4, t, (m.hq + 2 * m.hkv) * m.hd, m.d};
+        q.hq = static_cast<int32_t>(m.hq), q.hkv = static_cast<int32_t>(m.hkv), q.hd = static_cast<int32_t>(m.hd);
+        out.push_back(q);
+      }
+      if (o.ops.count("f5") != 0) out.push_back({m.name, "f5_lm_head", "linear_rowscale_lse", 5, t, m.V, m.d});
     }
   }
   return out;
@@ -230,6 +253,117 @@ __global__ void rowscale_kernel(__nv_bfloat16 const* __restrict__ in, float cons
   }
 }
 
+/// F3 unfused epilogue: y[m, i] = bf16(silu(z[m, 2i]) * z[m, 2i+1]) for packed z [rows, 2F], y [rows, F] (F a
+/// multiple of 8): 16 z values in (two 16-byte loads), 8 y values out (one 16-byte store).
+__global__ void swiglu_kernel(__nv_bfloat16 const* __restrict__ z, int64_t rows, int64_t F,
+                              __nv_bfloat16* __restrict__ y) {
+  int64_t const total = rows * (F / 8);
+  uint4 const* zv = reinterpret_cast<uint4 const*>(z);
+  uint4* yv = reinterpret_cast<uint4*>(y);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    uint4 const a = zv[2 * i], b = zv[2 * i + 1];
+    __nv_bfloat162 pairs[8];
+    *reinterpret_cast<uint4*>(&pairs[0]) = a;
+    *reinterpret_cast<uint4*>(&pairs[4]) = b;
+    uint4 o;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2 const p0 = __bfloat1622float2(pairs[2 * j]), p1 = __bfloat1622float2(pairs[2 * j + 1]);
+      o2[j] = __floats2bfloat162_rn(p0.x / (1.0f + __expf(-p0.x)) * p0.y, p1.x / (1.0f + __expf(-p1.x)) * p1.y);
+    }
+    yv[i] = o;
+  }
+}
+
+/// F4 unfused epilogue, in place on packed qkv [rows, width]: each q/k pair (2i, 2i+1) of a head rotated by
+/// theta = pos[m] * inv_freq[i] (fp32 angle, sincosf), one thread per 8 elements (4 pairs, 16-byte accesses).
+__global__ void rope_kernel(__nv_bfloat16* __restrict__ qkv, int64_t rows, int64_t width, int64_t rotated, int hd,
+                            int32_t const* __restrict__ pos, float const* __restrict__ inv_freq) {
+  int64_t const per_row = rotated / 8, total = rows * per_row;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t const m = i / per_row, c = (i % per_row) * 8;
+    uint4* p = reinterpret_cast<uint4*>(qkv + m * width + c);
+    uint4 v = *p;
+    auto* v2 = reinterpret_cast<__nv_bfloat162*>(&v);
+    float const fp = static_cast<float>(__ldg(pos + m));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      int const pair = static_cast<int>(((c + 2 * j) % hd) / 2);
+      float sn, cs;
+      sincosf(fp * __ldg(inv_freq + pair), &sn, &cs);
+      float2 const z = __bfloat1622float2(v2[j]);
+      v2[j] = __floats2bfloat162_rn(z.x * cs - z.y * sn, z.y * cs + z.x * sn);
+    }
+    *p = v;
+  }
+}
+
+constexpr int kLseThreads = 256;
+
+/// F5 unfused epilogue: per row of packed bf16 logits [rows, V] (V a multiple of 8): lse = log sum exp (fp32
+/// online max / sum-exp per thread, then merged), target logit. One block per row, 16-byte loads.
+__global__ void __launch_bounds__(kLseThreads) lse_kernel(__nv_bfloat16 const* __restrict__ logits, int64_t V,
+                                                           int32_t const* __restrict__ targets,
+                                                           float* __restrict__ lse, float* __restrict__ target_logit) {
+  int64_t const row = blockIdx.x;
+  uint4 const* lv = reinterpret_cast<uint4 const*>(logits + row * V);
+  float mx = -INFINITY, se = 0.0f;
+  for (int64_t v = threadIdx.x; v < V / 8; v += blockDim.x) {
+    uint4 const a = lv[v];
+    auto const* a2 = reinterpret_cast<__nv_bfloat162 const*>(&a);
+    float x[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2 const f = __bfloat1622float2(a2[j]);
+      x[2 * j] = f.x, x[2 * j + 1] = f.y;
+    }
+    float m8 = x[0];
+#pragma unroll
+    for (int j = 1; j < 8; ++j) m8 = fmaxf(m8, x[j]);
+    float const nm = fmaxf(mx, m8);
+    float s = se * __expf(mx - nm);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += __expf(x[j] - nm);
+    mx = nm, se = s;
+  }
+  __shared__ float smx[kLseThreads / 32], sse[kLseThreads / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float const om = __shfl_xor_sync(0xffffffffu, mx, o), os = __shfl_xor_sync(0xffffffffu, se, o);
+    float const nm = fmaxf(mx, om);
+    se = (nm == -INFINITY) ? 0.0f : se * __expf(mx - nm) + os * __expf(om - nm);
+    mx = nm;
+  }
+  if ((threadIdx.x & 31) == 0) smx[threadIdx.x >> 5] = mx, sse[threadIdx.x >> 5] = se;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = smx[0], t = sse[0];
+    for (int w = 1; w < kLseThreads / 32; ++w) {
+      float const nm = fmaxf(m, smx[w]);
+      t = t * __expf(m - nm) + sse[w] * __expf(smx[w] - nm);
+      m = nm;
+    }
+    lse[row] = m + __logf(t);
+    int32_t const tg = targets[row];
+    target_logit[row] = (tg >= 0 && tg < V) ? __bfloat162float(logits[row * V + tg]) : 0.0f;
+  }
+}
+
+/// int32 targets uniform in [0, V).
+__global__ void fill_targets(int32_t* p, size_t n, int64_t V) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    p[i] = static_cast<int32_t>((i * 2654435761ull) % static_cast<uint64_t>(V));
+  }
+}
+
+/// int32 positions: packed sequences of 4096 tokens (pos = m % 4096), the F4 input.
+__global__ void fill_positions(int32_t* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    p[i] = static_cast<int32_t>(i % 4096);
+  }
+}
+
 /// fp32 values uniform in [lo, hi) (the rstd input of F2).
 __global__ void fill_f32(float* p, size_t n, uint64_t seed, float lo, float hi) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
@@ -255,6 +389,23 @@ void launch_rowscale(void const* in, float const* rstd, int64_t rows, int64_t co
   int64_t const blocks = std::clamp<int64_t>((vecs + 255) / 256, 1, int64_t{1} << 20);
   rowscale_kernel<<<static_cast<unsigned>(blocks), 256>>>(static_cast<__nv_bfloat16 const*>(in), rstd, rows, cols,
                                                           static_cast<__nv_bfloat16*>(out));
+  CHECK_CUDA(cudaGetLastError());
+}
+
+int grid_for(int64_t items) {
+  return static_cast<int>(std::clamp<int64_t>((items + 255) / 256, 1, int64_t{1} << 20));
+}
+
+void launch_swiglu(void const* z, int64_t rows, int64_t F, void* y) {
+  swiglu_kernel<<<grid_for(rows * (F / 8)), 256>>>(static_cast<__nv_bfloat16 const*>(z), rows, F,
+                                                  static_cast<__nv_bfloat16*>(y));
+  CHECK_CUDA(cudaGetLastError());
+}
+
+void launch_rope(void* qkv, int64_t rows, int64_t width, int64_t rotated, int hd, int32_t const* pos,
+                 float const* inv_freq) {
+  rope_kernel<<<grid_for(rows * (rotated / 8)), 256>>>(static_cast<__nv_bfloat16*>(qkv), rows, width, rotated, hd,
+                                                      pos, inv_freq);
   CHECK_CUDA(cudaGetLastError());
 }
 
@@ -399,15 +550,37 @@ int main(int argc, char** argv) {
 
     // Outputs and temporaries (shared by the variants; every launch overwrites them completely).
     // F1: x, h [M,N], rstd [M], T [M,N] (cuBLAS output / unfused temp). F2: y [M,N], temp [M,min(K,N)].
-    bool const prescale = s.K <= s.N;
-    size_t const ws_bytes = f1 ? coda_linear_residual_rmsnorm_workspace_size(s.M, s.N)
-                               : coda_linear_rowscale_workspace_size(s.M, s.N);
+    // F3: z [M,2F] (out0), y [M,F] (out1), temp = prescaled h. F4: qkv (out0), temp = prescaled h, positions and
+    // inv_freq inputs (one set: tiny).
+    bool const f3 = s.which == 3, f4 = s.which == 4, f5 = s.which == 5;
+    bool const prescale = s.K <= s.N || f3 || f4 || f5;
+    size_t const ws_bytes = f1   ? coda_linear_residual_rmsnorm_workspace_size(s.M, s.N)
+                            : f3 ? coda_linear_rowscale_swiglu_workspace_size(s.M, s.N)
+                            : f4 ? coda_linear_rowscale_rope_workspace_size(s.M, s.N)
+                            : f5 ? coda_linear_rowscale_lse_workspace_size(s.M, s.N)
+                                 : coda_linear_rowscale_workspace_size(s.M, s.N);
     Buffer workspace(ws_bytes);
-    Buffer out0(2 * MN);                                         // F1 x / F2 y
-    Buffer out1(f1 ? 2 * MN : 0);                                // F1 h
+    Buffer out0(2 * MN);                                         // F1 x / F2 y / F3 z / F4 qkv
+    Buffer out1(f1 ? 2 * MN : f3 ? MN : 0);                      // F1 h / F3 y
     Buffer rstd_out(f1 ? 4 * Mr : 0);                            // F1 rstd
-    Buffer temp(f1 ? 2 * MN : 2 * Mr * static_cast<size_t>(std::min(s.K, s.N)));
-    std::string const unfused_form = f1 ? "gemm+residual_rmsnorm" : prescale ? "prescale+gemm" : "gemm+postscale";
+    Buffer temp(f1 ? 2 * MN : 2 * Mr * static_cast<size_t>(prescale ? s.K : s.N));
+    Buffer positions(f4 ? 4 * Mr : 0), inv_freq(f4 ? 2 * static_cast<size_t>(s.hd) : 0);
+    Buffer targets(f5 ? 4 * Mr : 0), lse_out(f5 ? 4 * Mr : 0), tl_out(f5 ? 4 * Mr : 0);  // F5
+    if (f5) {
+      fill_targets<<<256, 256>>>(static_cast<int32_t*>(targets.ptr), Mr, s.N);
+      CHECK_CUDA(cudaGetLastError());
+    }
+    if (f4) {
+      fill_positions<<<256, 256>>>(static_cast<int32_t*>(positions.ptr), Mr);
+      std::vector<float> freq(static_cast<size_t>(s.hd / 2));
+      for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(500000.0f, -2.0f * i / s.hd);
+      CHECK_CUDA(cudaMemcpy(inv_freq.ptr, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice));
+    }
+    std::string const unfused_form = f1   ? "gemm+residual_rmsnorm"
+                                     : f3 ? "prescale+gemm+swiglu"
+                                     : f4 ? "prescale+gemm+rope"
+                                     : f5 ? "prescale+gemm+lse"
+                                     : prescale ? "prescale+gemm" : "gemm+postscale";
 
     std::function<void(int)> run_cublas, run_coda, run_unfused;
     size_t peak_cublas = 0, peak_coda = 0, peak_unfused = 0;
@@ -434,6 +607,63 @@ int main(int argc, char** argv) {
       peak_cublas = 2 * (MK + NK) + temp.bytes;
       peak_coda = inputs + out0.bytes + out1.bytes + rstd_out.bytes + ws_bytes;
       peak_unfused = inputs + temp.bytes + out0.bytes + out1.bytes + rstd_out.bytes;
+    } else if (f5) {
+      run_cublas = [&](int set) { cublas_linear(cublas, at(as, set), at(ws, set), out0.ptr, s.M, s.N, s.K); };
+      run_coda = [&](int set) {
+        coda_tensor const h = matrix(at(as, set), CODA_BF16, s.M, s.K, dev);
+        coda_tensor const w = matrix(at(ws, set), CODA_BF16, s.N, s.K, dev);
+        coda_tensor const rstd = vec1d(at(ss, set), CODA_FP32, s.M, dev);
+        coda_tensor const tg = vec1d(targets.ptr, CODA_INT32, s.M, dev);
+        coda_tensor lse = vec1d(lse_out.ptr, CODA_FP32, s.M, dev), tl = vec1d(tl_out.ptr, CODA_FP32, s.M, dev);
+        check_coda(coda_linear_rowscale_lse(&h, &w, &rstd, &tg, 0.0f, -100, &lse, &tl, nullptr, workspace.ptr,
+                                            ws_bytes, nullptr),
+                   "coda_linear_rowscale_lse " + s.op);
+      };
+      run_unfused = [&](int set) {
+        launch_rowscale(at(as, set), static_cast<float const*>(at(ss, set)), s.M, s.K, temp.ptr);
+        cublas_linear(cublas, temp.ptr, at(ws, set), out0.ptr, s.M, s.N, s.K);
+        lse_kernel<<<static_cast<unsigned>(s.M), kLseThreads>>>(
+            static_cast<__nv_bfloat16 const*>(out0.ptr), s.N, static_cast<int32_t const*>(targets.ptr),
+            static_cast<float*>(lse_out.ptr), static_cast<float*>(tl_out.ptr));
+        CHECK_CUDA(cudaGetLastError());
+      };
+      size_t const small = targets.bytes + lse_out.bytes + tl_out.bytes;
+      peak_cublas = 2 * (MK + NK) + out0.bytes;
+      peak_coda = in_bytes + small + ws_bytes;  // no logits
+      peak_unfused = in_bytes + small + temp.bytes + out0.bytes;
+    } else if (f3 || f4) {
+      run_cublas = [&](int set) { cublas_linear(cublas, at(as, set), at(ws, set), out0.ptr, s.M, s.N, s.K); };
+      run_coda = [&](int set) {
+        coda_tensor const h = matrix(at(as, set), CODA_BF16, s.M, s.K, dev);
+        coda_tensor const w = matrix(at(ws, set), CODA_BF16, s.N, s.K, dev);
+        coda_tensor const rstd = vec1d(at(ss, set), CODA_FP32, s.M, dev);
+        coda_tensor o0 = matrix(out0.ptr, CODA_BF16, s.M, s.N, dev);
+        if (f3) {
+          coda_tensor y = matrix(out1.ptr, CODA_BF16, s.M, s.N / 2, dev);
+          check_coda(coda_linear_rowscale_swiglu(&h, &w, &rstd, &o0, &y, workspace.ptr, ws_bytes, nullptr),
+                     "coda_linear_rowscale_swiglu " + s.op);
+        } else {
+          coda_tensor const pos = vec1d(positions.ptr, CODA_INT32, s.M, dev);
+          coda_tensor const freq = vec1d(inv_freq.ptr, CODA_FP32, s.hd / 2, dev);
+          check_coda(coda_linear_rowscale_rope(&h, &w, &rstd, &pos, &freq, s.hq, s.hkv, s.hd, &o0, workspace.ptr,
+                                               ws_bytes, nullptr),
+                     "coda_linear_rowscale_rope " + s.op);
+        }
+      };
+      run_unfused = [&](int set) {
+        launch_rowscale(at(as, set), static_cast<float const*>(at(ss, set)), s.M, s.K, temp.ptr);
+        cublas_linear(cublas, temp.ptr, at(ws, set), out0.ptr, s.M, s.N, s.K);
+        if (f3) {
+          launch_swiglu(out0.ptr, s.M, s.N / 2, out1.ptr);
+        } else {
+          launch_rope(out0.ptr, s.M, s.N, static_cast<int64_t>(s.hq + s.hkv) * s.hd, s.hd,
+                      static_cast<int32_t const*>(positions.ptr), static_cast<float const*>(inv_freq.ptr));
+        }
+      };
+      size_t const extra = positions.bytes + inv_freq.bytes;
+      peak_cublas = 2 * (MK + NK) + out0.bytes;
+      peak_coda = in_bytes + extra + out0.bytes + out1.bytes + ws_bytes;
+      peak_unfused = in_bytes + extra + temp.bytes + out0.bytes + out1.bytes;
     } else {
       run_cublas = [&](int set) { cublas_linear(cublas, at(as, set), at(ws, set), out0.ptr, s.M, s.N, s.K); };
       run_coda = [&](int set) {
@@ -495,7 +725,7 @@ int main(int argc, char** argv) {
                    opt.flush ? "true" : "false", sets);
       std::fflush(jsonl);
     }
-    std::string const key = f1 ? "f1" : "f2";
+    std::string const key = "f" + std::to_string(s.which);
     vs_cublas[key].add(ms_coda / ms_cublas);
     vs_unfused[key].add(ms_unfused / ms_coda);
     std::printf("%-11s %-11s %7lld %7lld %7lld | %9.4f %9.4f %9.4f | %9.3f %9.3f | %s\n", s.config.c_str(),
@@ -505,12 +735,23 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\n");
+  std::map<std::string, char const*> const op_names{{"f1", "linear_residual_rmsnorm"}, {"f2", "linear_rowscale"},
+                                                    {"f3", "linear_rowscale_swiglu"}, {"f4", "linear_rowscale_rope"},
+                                                    {"f5", "linear_rowscale_lse"}};
+  Geo all_cublas, all_unfused;  // over the issue's set: each fused op at its own GEMM (F1, F3, F4, F5; not F2)
   for (auto const& [key, g] : vs_cublas) {
     Geo const& u = vs_unfused[key];
     std::printf("%s (%s) over %d shapes: CODA/cuBLAS-GEMM time geometric mean %.3f (min %.3f, max %.3f; 1.0 = "
                 "epilogue for free); unfused/CODA speedup geometric mean %.3f (min %.3f, max %.3f)\n",
-                key == "f1" ? "F1" : "F2", key == "f1" ? "linear_residual_rmsnorm" : "linear_rowscale", g.n,
-                g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi);
+                key.c_str(), op_names.at(key), g.n, g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi);
+    if (key == "f2") continue;
+    all_cublas.log_sum += g.log_sum, all_cublas.n += g.n;
+    all_unfused.log_sum += u.log_sum, all_unfused.n += u.n;
+  }
+  if (all_cublas.n > 0) {
+    std::printf("fused ops at their own GEMMs (F1 out/down, F3 gate/up, F4 qkv, F5 lm_head) over %d shapes: CODA/cuBLAS time "
+                "geometric mean %.3f; unfused/CODA speedup geometric mean %.3f\n",
+                all_cublas.n, all_cublas.mean(), all_unfused.mean());
   }
   std::printf("wall time %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());

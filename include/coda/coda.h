@@ -25,77 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coda/types.h" /* coda_status, coda_dtype, coda_tensor, coda_ce_options, CODA_API */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#if defined(_WIN32)
-#define CODA_API __declspec(dllexport)
-#else
-#define CODA_API __attribute__((visibility("default")))
-#endif
-
-#define CODA_VERSION_MAJOR 0
-#define CODA_VERSION_MINOR 1
-#define CODA_VERSION_PATCH 0
-#define CODA_MAX_RANK 4
-
-/** Status codes. Values are fixed: they are part of the ABI. */
-typedef enum coda_status {
-  CODA_SUCCESS = 0,
-  CODA_ERROR_INVALID_ARGUMENT = 1, /**< null pointer, bad enum, bad scalar (eps <= 0, ...) */
-  CODA_ERROR_DTYPE = 2,            /**< dtype not accepted, or dtypes that must match do not */
-  CODA_ERROR_SHAPE = 3,            /**< wrong rank or sizes that do not agree */
-  CODA_ERROR_LAYOUT = 4,           /**< strides not supported (non-contiguous where contiguity is required) */
-  CODA_ERROR_MISALIGNED = 5,       /**< pointer or leading dimension not 16-byte aligned (TMA) */
-  CODA_ERROR_DEVICE = 6,           /**< tensor not on the current CUDA device, or on the host */
-  CODA_ERROR_ALIASING = 7,         /**< outputs overlap each other or an input where the op forbids it */
-  CODA_ERROR_WORKSPACE = 8,        /**< workspace missing, too small or misaligned */
-  CODA_ERROR_ARCH = 9,             /**< no CUDA device, or the device is not sm_90 (Hopper) */
-  CODA_ERROR_NOT_IMPLEMENTED = 10, /**< op declared but its kernel does not exist yet in this build */
-  CODA_ERROR_CUDA = 11,            /**< a CUDA runtime / cuBLAS call failed (message has the CUDA error) */
-  CODA_ERROR_INTERNAL = 12         /**< a CODA bug: please report with the message */
-} coda_status;
-
-/** Element types. Values are fixed (ABI). */
-typedef enum coda_dtype {
-  CODA_BF16 = 0,
-  CODA_FP16 = 1,
-  CODA_FP32 = 2,
-  CODA_INT32 = 3,
-  CODA_INT64 = 4
-} coda_dtype;
-
-/** Reduction of a per-row loss. Values are fixed (ABI). */
-typedef enum coda_reduction {
-  CODA_REDUCTION_NONE = 0, /**< loss is [M] */
-  CODA_REDUCTION_MEAN = 1, /**< loss is [] : sum over non-ignored rows / number of non-ignored rows (0 if none) */
-  CODA_REDUCTION_SUM = 2   /**< loss is [] : sum over rows */
-} coda_reduction;
-
-/**
- * A strided tensor. `sizes[i]` and `strides[i]` (in elements, not bytes) for i < rank; entries past rank are
- * ignored. rank 0 is a scalar. `device` is the CUDA device ordinal, or -1 for host memory (never accepted by
- * kernels; the float64 reference functions take host tensors).
- */
-typedef struct coda_tensor {
-  void* data;
-  coda_dtype dtype;
-  int32_t rank;
-  int64_t sizes[CODA_MAX_RANK];
-  int64_t strides[CODA_MAX_RANK];
-  int32_t device;
-} coda_tensor;
-
-/** Options of the cross-entropy ops (F6). Start from coda_ce_options_default() (PyTorch's defaults); a
- *  zero-initialised struct means reduction none and ignore_index 0. */
-typedef struct coda_ce_options {
-  int64_t ignore_index;    /**< rows whose target equals this get loss 0 and gradient 0 (any value) */
-  coda_reduction reduction;
-  float label_smoothing;   /**< eps_ls in [0, 1] */
-  float z_loss;            /**< lambda >= 0: adds lambda * lse^2 per row */
-  float softcap;           /**< c > 0: logits <- c * tanh(logits / c) before the softmax; 0 = off */
-} coda_ce_options;
 
 /** coda_ce_options with PyTorch's defaults: ignore_index -100, mean, no smoothing, no z-loss, no softcap. */
 CODA_API coda_ce_options coda_ce_options_default(void);
@@ -214,12 +148,22 @@ CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N);
  *   l = diag(rstd) (h w^T) [M,V], optionally l <- softcap * tanh(l / softcap);
  *   lse[m] = log sum_j exp(l[m,j]);  target_logit[m] = l[m, targets[m]] (0 for rows whose target is
  *   ignore_index).
+ * One fused GEMM whose epilogue keeps an online (max, sum-exp) state per (row, 256-column N-tile) and captures the
+ * target logit, then a small finishing kernel. l is rstd * accumulator in fp32 (never rounded for the statistics);
+ * softcap is fp32 c * tanhf(l / c); the tile states are merged in double in an order fixed by V (no atomics):
+ * same inputs, same bits. lse is computed for every row, ignored ones included; target_logit is the capped value.
+ * A target outside [0,V) that is not ignore_index is reported without a host sync: that row's lse and
+ * target_logit are NaN (as in coda_cross_entropy). M == 0: nothing is launched.
+ * Kernels: bf16 (fp16 passes validation and returns CODA_ERROR_NOT_IMPLEMENTED: not built yet).
  * \param h [M,K] bf16|fp16. \param w [V,K] same dtype. \param rstd [M] fp32.
  * \param targets [M] int32|int64; values in [0,V) or ignore_index.
  * \param softcap >= 0 (0 = off). \param ignore_index any value.
  * \param lse_out [M] fp32. \param target_logit_out [M] fp32.
  * \param logits_out NULL, or [M,V] same dtype as h to also store the logits (raw: before softcap, as
- *        coda_cross_entropy takes them).
+ *        coda_cross_entropy takes them), each rounded once from the fp32 l (V a multiple of 8: TMA rule).
+ * Workspace: coda_linear_rowscale_lse_workspace_size(M, V) bytes: four fp32 [ceil(V/256), round_up(M,128)] partial
+ * buffers (16 bytes per row and 256-column tile, e.g. 8 KB per token for V = 128256); scratch, rewritten on every
+ * call.
  */
 CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
                                               const coda_tensor* targets, float softcap, int64_t ignore_index,
@@ -256,6 +200,31 @@ CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_te
                                         coda_tensor* zdz_out, void* workspace, size_t workspace_bytes,
                                         void* stream);
 CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V);
+
+/**
+ * LM head + cross-entropy loss without logits in memory (F5 then F6 from row statistics, MATH.md "LM head"):
+ *   l = diag(rstd) (h w^T) [M,V] (softcapped per options->softcap), computed tile by tile inside the GEMM epilogue,
+ *   which keeps only per-row statistics: lse, the target logit and (for label smoothing) the row sum of l; then
+ *   loss[m] = (1-ls)(lse - l_t) + ls (lse - sum_j l_j / V) + z_loss * lse^2 (0 for ignored rows), reduced per
+ *   options->reduction exactly as coda_cross_entropy does (mean over the non-ignored rows, deterministic).
+ * Rows are processed in chunks of `chunk_rows` tokens (one fused GEMM + one tiny finishing kernel per chunk, then
+ * one loss kernel), so the workspace is bounded by the chunk, never by M x V: about 16 bytes x chunk_rows x
+ * ceil(V/256) for the tile statistics plus 16 bytes per row.
+ * Statistics in fp32 (lse merged across tiles in double); the logits themselves are never rounded to bf16.
+ * A target outside [0,V) that is not ignore_index makes that row's loss NaN (and a mean/sum loss NaN), without a
+ * host sync. M == 0: nothing is launched; loss_out is 0 for mean/sum.
+ * \param h [M,K] bf16 (fp16: CODA_ERROR_NOT_IMPLEMENTED). \param w [V,K] same dtype. \param rstd [M] fp32.
+ * \param targets [M] int32|int64. \param options NULL for coda_ce_options_default().
+ * \param chunk_rows rows per fused GEMM, >= 1, or 0 for the default (8192: each chunk's GEMM stays large).
+ * \param loss_out [] fp32 for mean/sum, [M] fp32 for none.
+ * \param lse_out NULL, or [M] fp32: the per-row log-sum-exp (of the capped logits), e.g. saved for the backward.
+ * Workspace: coda_linear_cross_entropy_workspace_size(M, V, chunk_rows) bytes.
+ */
+CODA_API coda_status coda_linear_cross_entropy(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
+                                               const coda_tensor* targets, const coda_ce_options* options,
+                                               int64_t chunk_rows, coda_tensor* loss_out, coda_tensor* lse_out,
+                                               void* workspace, size_t workspace_bytes, void* stream);
+CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, int64_t chunk_rows);
 
 /* ------------------------------------------------------------------------------------------------------------- */
 /* Backward ops                                                                                                  */

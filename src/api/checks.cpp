@@ -49,6 +49,32 @@ void check_disjoint(std::initializer_list<Arg> outs, std::initializer_list<Arg> 
   }
 }
 
+void check_ce_options(coda_ce_options const& o) {
+  if (o.reduction != CODA_REDUCTION_NONE && o.reduction != CODA_REDUCTION_MEAN && o.reduction != CODA_REDUCTION_SUM) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, "options->reduction: unknown value ", static_cast<int>(o.reduction));
+  }
+  if (!(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f)) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, "options->label_smoothing: must be in [0, 1], got ", o.label_smoothing);
+  }
+  if (!(o.z_loss >= 0.0f) || !std::isfinite(o.z_loss)) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, "options->z_loss: must be finite and >= 0, got ", o.z_loss);
+  }
+  if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, "options->softcap: must be finite and >= 0 (0 = off), got ", o.softcap);
+  }
+}
+
+void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source) {
+  require_tensor(loss);
+  require_dtype(loss, {CODA_FP32});
+  if (per_row) {
+    check_vector(loss, M, {CODA_FP32}, "M", source);
+  } else if (loss.t->rank != 0) {
+    fail(CODA_ERROR_SHAPE, loss.name, ": must be a scalar (rank 0) for reduction mean/sum, got shape ",
+         shape_string(*loss.t));
+  }
+}
+
 void check_eps(float eps) {
   if (!(eps > 0.0f) || !std::isfinite(eps)) {
     fail(CODA_ERROR_INVALID_ARGUMENT, "eps: must be finite and > 0, got ", eps);
@@ -57,10 +83,12 @@ void check_eps(float eps) {
 
 size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-size_t row_partials_bytes(int64_t M, int64_t N) {
+size_t row_partials_bytes(int64_t M, int64_t N) { return row_partials_bytes(M, N, 256, 128); }
+
+size_t row_partials_bytes(int64_t M, int64_t N, int64_t tile_m, int64_t tile_n) {
   if (M <= 0 || N <= 0) return 0;
-  size_t const tiles = static_cast<size_t>((N + 127) / 128);
-  size_t const m_pad = static_cast<size_t>((M + 255) / 256 * 256);
+  size_t const tiles = static_cast<size_t>((N + tile_n - 1) / tile_n);
+  size_t const m_pad = static_cast<size_t>((M + tile_m - 1) / tile_m * tile_m);
   return round_up_256(tiles * m_pad * sizeof(float));
 }
 

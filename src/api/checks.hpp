@@ -21,12 +21,18 @@ void check_disjoint(std::initializer_list<Arg> outs, std::initializer_list<Arg> 
 /// int32, inv_freq [head_dim/2] fp32. Returns the qkv width (n_q_heads + 2 n_kv_heads) * head_dim.
 int64_t check_rope_args(Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
                         int64_t M);
+/// Cross-entropy options: a known reduction, label_smoothing in [0, 1], z_loss and softcap finite and >= 0.
+void check_ce_options(coda_ce_options const& o);
+/// The loss output of a cross-entropy op: fp32, [M] for reduction none (per_row), else a rank-0 scalar.
+void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source);
 /// eps > 0 and finite.
 void check_eps(float eps);
 
 /// Bytes of a per-(row, N-tile) fp32 partials buffer, an upper bound over the tile configs (N tile >= 128, M
 /// padded to 256), rounded up to 256 bytes.
 size_t row_partials_bytes(int64_t M, int64_t N);
+/// The same for one CTA tile: round_up_256(ceil(N / tile_n) * round_up(M, tile_m) * 4); 0 for M <= 0 or N <= 0.
+size_t row_partials_bytes(int64_t M, int64_t N, int64_t tile_m, int64_t tile_n);
 size_t round_up_256(size_t bytes);
 
 }  // namespace coda::api

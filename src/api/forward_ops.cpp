@@ -9,6 +9,9 @@
 #include "kernels/kernels.hpp"
 #include "ops/linear_residual_rmsnorm/kernels.hpp"
 #include "ops/linear_rowscale/kernels.hpp"
+#include "ops/linear_rowscale_lse/kernels.hpp"
+#include "ops/linear_rowscale_swiglu/kernels.hpp"
+#include "ops/linear_rowscale_rope/kernels.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -173,12 +176,20 @@ CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const cod
     api::check_disjoint({Z, Y}, {Hh, W, S});
     api::require_workspace("coda_linear_rowscale_swiglu", workspace, workspace_bytes,
                            coda_linear_rowscale_swiglu_workspace_size(s.M, s.N));
-    api::require_same_device({Hh, W, S, Z, Y});
-    api::not_implemented("coda_linear_rowscale_swiglu", "issue 4: forward fused kernels");
+    int const device = api::require_same_device({Hh, W, S, Z, Y});
+    require_bf16_kernels("coda_linear_rowscale_swiglu", Hh);
+    api::require_kernel_device(device, {Hh, W, S, Z, Y});
+    if (s.M == 0) return;
+    coda::ops::linear_rowscale_swiglu(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_gu->data, row_stride(W, s.K),
+                                      static_cast<float const*>(rstd->data), z_out->data, row_stride(Z, s.N),
+                                      y_out->data, row_stride(Y, s.N / 2), static_cast<cudaStream_t>(stream));
   });
 }
 
-CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N) { return 0; }
+CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N) {
+  // The inv_freq vector expanded per output column (N floats); independent of M.
+  return M <= 0 ? 0 : coda::ops::linear_rowscale_rope_workspace_bytes(N);
+}
 
 CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_tensor* w_qkv,
                                                const coda_tensor* rstd, const coda_tensor* positions,
@@ -195,14 +206,23 @@ CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_
     api::check_disjoint({Q}, {Hh, W, S, P, F});
     api::require_workspace("coda_linear_rowscale_rope", workspace, workspace_bytes,
                            coda_linear_rowscale_rope_workspace_size(s.M, s.N));
-    api::require_same_device({Hh, W, S, P, F, Q});
-    api::not_implemented("coda_linear_rowscale_rope", "issue 4: forward fused kernels");
+    int const device = api::require_same_device({Hh, W, S, P, F, Q});
+    require_bf16_kernels("coda_linear_rowscale_rope", Hh);
+    api::require_kernel_device(device, {Hh, W, S, P, F, Q});
+    if (s.M == 0) return;
+    coda::ops::linear_rowscale_rope(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_qkv->data, row_stride(W, s.K),
+                                    static_cast<float const*>(rstd->data),
+                                    static_cast<int32_t const*>(positions->data),
+                                    static_cast<float const*>(inv_freq->data), n_q_heads, n_kv_heads, head_dim,
+                                    qkv_out->data, row_stride(Q, s.N), workspace, workspace_bytes,
+                                    static_cast<cudaStream_t>(stream));
   });
 }
 
 CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V) {
-  // Per-(row, N-tile) (max, sum-exp) states and target logits: three fp32 partial buffers.
-  return 3 * api::row_partials_bytes(M, V);
+  // Four fp32 [T, Mpad] partial buffers of the F5 kernels' CTA tile (max, sum-exp, logit sum, target logit), each
+  // 256-byte aligned: exactly ops::lse_workspace(M, V, kLseTileM, kLseTileN).bytes().
+  return 4 * api::row_partials_bytes(M, V, coda::ops::kLseTileM, coda::ops::kLseTileN);
 }
 
 CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
@@ -224,8 +244,17 @@ CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_t
     api::check_disjoint({L, TL, LG}, {Hh, W, S, T});
     api::require_workspace("coda_linear_rowscale_lse", workspace, workspace_bytes,
                            coda_linear_rowscale_lse_workspace_size(s.M, s.N));
-    api::require_same_device({Hh, W, S, T, L, TL, LG});
-    api::not_implemented("coda_linear_rowscale_lse", "issue 4: forward fused kernels");
+    int const device = api::require_same_device({Hh, W, S, T, L, TL, LG});
+    require_bf16_kernels("coda_linear_rowscale_lse", Hh);
+    api::require_kernel_device(device, {Hh, W, S, T, L, TL, LG});
+    if (s.M == 0) return;
+    coda::ops::linear_rowscale_lse(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
+                                   static_cast<float const*>(rstd->data), targets->data, T.dtype() == CODA_INT64,
+                                   softcap, ignore_index, static_cast<float*>(lse_out->data),
+                                   static_cast<float*>(target_logit_out->data),
+                                   logits_out != nullptr ? logits_out->data : nullptr,
+                                   logits_out != nullptr ? row_stride(LG, s.N) : 0, workspace, workspace_bytes,
+                                   static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -251,18 +280,7 @@ CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_te
     int64_t const M = LG.size(0), V = LG.size(1);
     if (V == 0) fail(CODA_ERROR_SHAPE, "logits: V (sizes[1]) must be > 0");
     api::check_vector(T, M, {CODA_INT32, CODA_INT64}, "M", "logits.sizes[0]");
-    if (o.reduction != CODA_REDUCTION_NONE && o.reduction != CODA_REDUCTION_MEAN && o.reduction != CODA_REDUCTION_SUM) {
-      fail(CODA_ERROR_INVALID_ARGUMENT, "options->reduction: unknown value ", static_cast<int>(o.reduction));
-    }
-    if (!(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f)) {
-      fail(CODA_ERROR_INVALID_ARGUMENT, "options->label_smoothing: must be in [0, 1], got ", o.label_smoothing);
-    }
-    if (!(o.z_loss >= 0.0f) || !std::isfinite(o.z_loss)) {
-      fail(CODA_ERROR_INVALID_ARGUMENT, "options->z_loss: must be finite and >= 0, got ", o.z_loss);
-    }
-    if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
-      fail(CODA_ERROR_INVALID_ARGUMENT, "options->softcap: must be finite and >= 0 (0 = off), got ", o.softcap);
-    }
+    api::check_ce_options(o);
     bool const per_row = o.reduction == CODA_REDUCTION_NONE;
     if (grad_loss != nullptr) {
       if (per_row) {
@@ -276,14 +294,7 @@ CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_te
         }
       }
     }
-    api::require_tensor(L);
-    api::require_dtype(L, {CODA_FP32});
-    if (per_row) {
-      api::check_vector(L, M, {CODA_FP32}, "M", "logits.sizes[0] (reduction none)");
-    } else if (L.t->rank != 0) {
-      fail(CODA_ERROR_SHAPE, "loss_out: must be a scalar (rank 0) for reduction mean/sum, got shape ",
-           api::shape_string(*L.t));
-    }
+    api::check_loss_out(L, M, per_row, "logits.sizes[0] (reduction none)");
     if (dlogits_out != nullptr) {
       api::check_activation(D, LG, M, V, "M", "V");
       api::require_same_or_disjoint(D, LG);  // in place over the logits is allowed

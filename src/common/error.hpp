@@ -2,7 +2,7 @@
 // in the thread-local last-error slot and returns the status (no exception ever crosses extern "C").
 #pragma once
 
-#include <coda/coda.h>
+#include <coda/types.h>
 
 #include <sstream>
 #include <stdexcept>

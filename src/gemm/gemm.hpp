@@ -2,7 +2,7 @@
 // Host-only header: no CUTLASS here (CUTLASS lives in the src/gemm/*.cu translation units).
 #pragma once
 
-#include <coda/coda.h>
+#include <coda/types.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

@@ -7,7 +7,7 @@
 #ifndef CODA_GEMM_HOOKS_H_
 #define CODA_GEMM_HOOKS_H_
 
-#include <coda/coda.h>
+#include <coda/types.h>
 
 #ifdef __cplusplus
 extern "C" {

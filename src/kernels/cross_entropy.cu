@@ -17,6 +17,7 @@
 // no host sync is needed to report it.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -317,6 +318,26 @@ __global__ void __launch_bounds__(kReduceThreads) ce_reduce_loss_kernel(float co
   }
 }
 
+/// Per-row loss from the LM head's row statistics (the fused F5 path: no logits): the same formula as ce_rows in
+/// double; 0 for ignored rows; NaN propagates from lse for an out-of-range target (lse_finish makes it NaN).
+__global__ void ce_stats_rows_kernel(float const* __restrict__ lse, float const* __restrict__ target_logit,
+                                     float const* __restrict__ logit_sum, void const* targets, bool is64, int64_t M,
+                                     double inv_V, int64_t ignore_index, double label_smoothing, double z_loss,
+                                     float* __restrict__ loss_rows) {
+  for (int64_t m = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; m < M; m += int64_t{gridDim.x} * blockDim.x) {
+    if (load_target(targets, is64, m) == ignore_index) {
+      loss_rows[m] = 0.0f;
+      continue;
+    }
+    double const l = lse[m];
+    double loss = 0.0;
+    if (label_smoothing < 1.0) loss += (1.0 - label_smoothing) * (l - static_cast<double>(target_logit[m]));
+    if (label_smoothing > 0.0) loss += label_smoothing * (l - static_cast<double>(logit_sum[m]) * inv_V);
+    if (z_loss > 0.0) loss += z_loss * l * l;
+    loss_rows[m] = static_cast<float>(loss);
+  }
+}
+
 template <typename T>
 void launch_rows(Params const& p, bool vec, cudaStream_t stream) {
   int64_t const items = vec ? p.V / 8 : p.V;
@@ -386,6 +407,30 @@ void cross_entropy(CrossEntropyArgs const& a, cudaStream_t stream) {
     case CODA_FP16: launch_rows<__half>(p, vec, stream); break;
     default: ::coda::detail::fail(CODA_ERROR_INTERNAL, "cross_entropy: dtype must be bf16 or fp16");
   }
+  if (!per_row) {
+    ce_reduce_loss_kernel<<<1, kReduceThreads, 0, stream>>>(ws_loss_rows, a.M, mean, n_valid, a.loss);
+    CODA_CHECK_LAUNCH();
+  }
+}
+
+void cross_entropy_from_stats(CrossEntropyStatsArgs const& a, cudaStream_t stream) {
+  if (a.M <= 0) return;
+  auto* ws = static_cast<char*>(a.workspace);
+  float* const ws_loss_rows = reinterpret_cast<float*>(ws);
+  auto* const n_valid =
+      reinterpret_cast<unsigned long long*>(ws + round_up_256(static_cast<size_t>(a.M) * sizeof(float)));
+  bool const per_row = a.options.reduction == CODA_REDUCTION_NONE;
+  bool const mean = a.options.reduction == CODA_REDUCTION_MEAN;
+  if (mean) {
+    ce_count_valid_kernel<<<1, kReduceThreads, 0, stream>>>(a.targets, a.targets_int64, a.M, a.options.ignore_index,
+                                                             n_valid);
+    CODA_CHECK_LAUNCH();
+  }
+  int64_t const blocks = std::min<int64_t>((a.M + 255) / 256, int64_t{1} << 16);
+  ce_stats_rows_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      a.lse, a.target_logit, a.logit_sum, a.targets, a.targets_int64, a.M, 1.0 / static_cast<double>(a.V),
+      a.options.ignore_index, a.options.label_smoothing, a.options.z_loss, per_row ? a.loss : ws_loss_rows);
+  CODA_CHECK_LAUNCH();
   if (!per_row) {
     ce_reduce_loss_kernel<<<1, kReduceThreads, 0, stream>>>(ws_loss_rows, a.M, mean, n_valid, a.loss);
     CODA_CHECK_LAUNCH();

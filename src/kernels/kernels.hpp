@@ -1,5 +1,6 @@
 // Launchers of CODA's non-GEMM kernels (ARCHITECTURE.md layer 6): the RMSNorm final reduce and first-layer norm
-// preparation, cross-entropy (F6) over stored logits, and the RoPE backward with its row dot (B1).
+// preparation, cross-entropy (F6) over stored logits, the RoPE backward with its row dot (B1), and F5's
+// log-sum-exp finish over the GEMM epilogue's per-tile partials.
 //
 // Plain host declarations: no CUTLASS, no device code, includable from any .cpp. Arguments are assumed valid
 // (src/api validates them first). Every launcher enqueues its kernels on `stream` without a host sync, checks each
@@ -13,7 +14,7 @@
 // guarantees it: TMA rule, head_dim 64 or 128).
 #pragma once
 
-#include <coda/coda.h>
+#include <coda/types.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -64,6 +65,21 @@ struct CrossEntropyArgs {
 /// Workspace of cross_entropy: per-row losses (fp32 [M]) followed by the non-ignored row count (uint64), each in
 /// its own 256-byte-aligned slot. 0 for M <= 0.
 size_t cross_entropy_workspace_size(int64_t M);
+struct CrossEntropyStatsArgs {
+  int64_t M = 0, V = 0;
+  float const* lse = nullptr;           ///< [M] log-sum-exp of the (capped) logits
+  float const* target_logit = nullptr;  ///< [M] (capped) target logit
+  float const* logit_sum = nullptr;     ///< [M] sum of the (capped) logits (read only with label smoothing)
+  void const* targets = nullptr;        ///< [M] int32 or int64
+  bool targets_int64 = false;
+  coda_ce_options options{};            ///< validated; softcap already applied by the producer of the statistics
+  float* loss = nullptr;                ///< [M] for reduction none, a scalar for mean/sum
+  void* workspace = nullptr;            ///< cross_entropy_workspace_size(M) bytes, 256-byte aligned
+};
+/// The loss of F6 from per-row statistics instead of logits (the LM head without stored logits): loss[m] =
+/// (1-ls)(lse - l_t) + ls (lse - sum/V) + z_loss lse^2 in double, 0 for ignored rows, reduced like cross_entropy
+/// (same count and fixed-order reduction kernels).
+void cross_entropy_from_stats(CrossEntropyStatsArgs const& args, cudaStream_t stream);
 /// F6 (coda_cross_entropy). Up to three kernels: the non-ignored row count (reduction mean only), one block per row
 /// (statistics pass, then gradient pass), and a one-block fixed-order loss reduction (mean/sum).
 void cross_entropy(CrossEntropyArgs const& args, cudaStream_t stream);
@@ -88,5 +104,35 @@ struct RopeBwdArgs {
 /// B1 (coda_rope_bwd_zdz): dz = R(-theta) dqkv per q/k pair (2i, 2i+1) of each head, v passes through;
 /// zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j]. Angles pos * inv_freq and their sin/cos in double.
 void rope_bwd_zdz(RopeBwdArgs const& args, cudaStream_t stream);
+
+// ---- RoPE frequencies for F4 (rope_freq.cu) ----------------------------------------------------------------------
+
+/// out[n] = inv_freq[(n % head_dim) / 2] for the q and k columns n < (n_q_heads + n_kv_heads) * head_dim, 0 for the
+/// v columns; out has (n_q_heads + 2 n_kv_heads) * head_dim floats (F4's per-column broadcast vector).
+void expand_rope_inv_freq(float const* inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
+                          float* out, cudaStream_t stream);
+
+// ---- F5 log-sum-exp finish (lse_finish.cu) ----------------------------------------------------------------------
+
+struct LseFinishArgs {
+  int64_t M = 0, V = 0;
+  int64_t tiles = 0;                   ///< T = ceil(V / tile_n)
+  int64_t ld = 0;                      ///< Mpad: element (t, m) of a partial buffer is at m + ld * t
+  int64_t tile_n = 0;                  ///< N-tile width of the GEMM that wrote the partials
+  float const* part_max = nullptr;     ///< [T, ld] per-(row, tile) max of the (capped) logits
+  float const* part_sumexp = nullptr;  ///< [T, ld] sum exp(l - max) over the tile
+  float const* part_sum = nullptr;     ///< [T, ld] sum of l over the tile, or nullptr (then logit_sum unused)
+  float const* part_target = nullptr;  ///< [T, ld] l[m, targets[m]], read only at the owning tile
+  void const* targets = nullptr;       ///< [M] int32 or int64
+  bool targets_int64 = false;
+  int64_t ignore_index = -100;
+  float* lse = nullptr;                ///< [M]
+  float* target_logit = nullptr;       ///< [M]
+  float* logit_sum = nullptr;          ///< [M] or nullptr (skip): sum over the row of l
+};
+/// lse[m] = max + log(sum_t se_t exp(mx_t - max)) (merge in double, in an order fixed by T); target_logit[m] = the
+/// owning tile's partial, 0 for target == ignore_index; a target outside [0, V) that is not ignore_index makes
+/// lse[m] and target_logit[m] NaN (no host sync). logit_sum[m] = sum_t part_sum (double, rounded once).
+void lse_finish(LseFinishArgs const& args, cudaStream_t stream);
 
 }  // namespace coda::kernels

@@ -32,12 +32,20 @@ struct RowScale {
 
 // ---- ops whose kernels come with later issues ----------------------------------------------------------------
 
-TEST(NotYetBuilt, LinearRowscaleSwiglu) {
+TEST(NotYetBuilt, LinearRowscaleSwigluFp16) {
   RowScale f;
   auto& pool = f.pool;
   coda_tensor z = pool.make(CODA_FP16, {M, N}), y = pool.make(CODA_FP16, {M, N / 2});
-  EXPECT_NOT_BUILT(coda_linear_rowscale_swiglu(&f.h, &f.w, &f.rstd, &z, &y, f.ws, f.ws_bytes, nullptr),
-                   "coda_linear_rowscale_swiglu");
+  EXPECT_REJECTED(coda_linear_rowscale_swiglu(&f.h, &f.w, &f.rstd, &z, &y, f.ws, f.ws_bytes, nullptr),
+                  CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_rowscale_swiglu", "fp16 kernels not built yet");
+}
+
+TEST(DeviceStage, LinearRowscaleSwiglu) {
+  TensorPool pool;
+  coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
+  coda_tensor rstd = pool.make(CODA_FP32, {M});
+  coda_tensor z = pool.make(CODA_BF16, {M, N}), y = pool.make(CODA_BF16, {M, N / 2});
+  EXPECT_DEVICE_STAGE(coda_linear_rowscale_swiglu(&h, &w, &rstd, &z, &y, nullptr, 0, nullptr), "h:");
 }
 
 struct Rope {
@@ -53,10 +61,20 @@ struct Rope {
   }
 };
 
-TEST(NotYetBuilt, LinearRowscaleRope) {
+TEST(DeviceStage, LinearRowscaleRope) {
   Rope f;
   auto& pool = f.pool;
-  EXPECT_NOT_BUILT(f.call(), "coda_linear_rowscale_rope");
+  EXPECT_DEVICE_STAGE(f.call(), "h:");
+}
+
+TEST(OpRules, RopeNeedsWorkspace) {
+  Rope f;
+  auto& pool = f.pool;
+  size_t const need = coda_linear_rowscale_rope_workspace_size(M, f.W);
+  EXPECT_EQ(need, static_cast<size_t>(f.W) * sizeof(float));  // the per-column inv_freq (W = 512: 256-aligned)
+  EXPECT_REJECTED(coda_linear_rowscale_rope(&f.h, &f.w, &f.rstd, &f.pos, &f.inv_freq, f.hq, f.hkv, f.hd, &f.qkv,
+                                            nullptr, 0, nullptr),
+                  CODA_ERROR_WORKSPACE, "workspace", "coda_linear_rowscale_rope");
 }
 
 struct Lse {
@@ -72,12 +90,80 @@ struct Lse {
   }
 };
 
-TEST(NotYetBuilt, LinearRowscaleLse) {
+struct LinearCe {
+  TensorPool pool;
+  coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
+  coda_tensor rstd = pool.make(CODA_FP32, {M}), t = pool.make(CODA_INT32, {M});
+  coda_tensor loss = pool.make(CODA_FP32, {}), lse = pool.make(CODA_FP32, {M});
+  coda_ce_options o = coda_ce_options_default();
+  int64_t chunk = 0;
+  coda_status call(coda_tensor* lse_out = nullptr) {
+    size_t const wsb = coda_linear_cross_entropy_workspace_size(M, N, chunk);
+    return coda_linear_cross_entropy(&h, &w, &rstd, &t, &o, chunk, &loss, lse_out, pool.bytes(wsb), wsb, nullptr);
+  }
+};
+
+TEST(DeviceStage, LinearCrossEntropy) {
+  LinearCe f;
+  auto& pool = f.pool;
+  EXPECT_DEVICE_STAGE(f.call(), "h:");
+  EXPECT_DEVICE_STAGE(f.call(&f.lse), "h:");
+  f.chunk = 5;
+  EXPECT_DEVICE_STAGE(f.call(), "h:");
+}
+
+TEST(OpRules, LinearCrossEntropyArguments) {
+  LinearCe f;
+  auto& pool = f.pool;
+  f.chunk = -1;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "chunk_rows", ">= 1");
+  f.chunk = 0;
+  f.o.label_smoothing = 1.5f;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "label_smoothing", "[0, 1]");
+  f.o = coda_ce_options_default();
+  f.o.reduction = CODA_REDUCTION_NONE;  // loss must then be [M]
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "loss_out");
+  f.o = coda_ce_options_default();
+  coda_tensor lse_bad = pool.make(CODA_FP32, {M + 1});
+  EXPECT_REJECTED(f.call(&lse_bad), CODA_ERROR_SHAPE, "lse_out");
+  // The workspace is bounded by the chunk, not by M x V.
+  EXPECT_LT(coda_linear_cross_entropy_workspace_size(1 << 20, 128256, 8192),
+            coda_linear_cross_entropy_workspace_size(1 << 20, 128256, 1 << 20) / 8);
+  EXPECT_EQ(coda_linear_cross_entropy_workspace_size(1 << 20, 128256, 0),
+            coda_linear_cross_entropy_workspace_size(1 << 20, 128256, 8192));
+}
+
+TEST(DeviceStage, LinearRowscaleLse) {
   Lse f;
   auto& pool = f.pool;
-  EXPECT_NOT_BUILT(f.call(), "coda_linear_rowscale_lse");
+  EXPECT_DEVICE_STAGE(f.call(), "h:");
   coda_tensor logits = pool.make(CODA_BF16, {M, N});
-  EXPECT_NOT_BUILT(f.call(&logits), "coda_linear_rowscale_lse");
+  EXPECT_DEVICE_STAGE(f.call(&logits), "h:");
+  coda_tensor t32 = pool.make(CODA_INT32, {M});
+  f.t = t32;
+  f.softcap = 30.0f;
+  EXPECT_DEVICE_STAGE(f.call(), "h:");
+}
+
+TEST(NotYetBuilt, LinearRowscaleLseFp16) {
+  Lse f;
+  auto& pool = f.pool;
+  f.h = pool.make(CODA_FP16, {M, K});
+  f.w = pool.make(CODA_FP16, {N, K});
+  EXPECT_REJECTED(f.call(), CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_rowscale_lse", "fp16 kernels not built yet");
+}
+
+TEST(OpRules, LseWorkspace) {
+  // Four fp32 [ceil(V/256), round_up(M,128)] partial buffers, each rounded up to 256 bytes.
+  EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(M, N), size_t{4 * 512});  // T = 1, Mpad = 128
+  EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(1000, 1000), size_t{4 * 4 * 1024 * 4});
+  EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(1, 128256), size_t{4 * ((501 * 128 * 4 + 255) / 256 * 256)});
+  EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(0, 1000), size_t{0});
+  Lse f;
+  auto& pool = f.pool;
+  EXPECT_REJECTED(coda_linear_rowscale_lse(&f.h, &f.w, &f.rstd, &f.t, 0.0f, -100, &f.lse, &f.tl, nullptr, f.ws,
+                                           f.wsb - 256, nullptr),
+                  CODA_ERROR_WORKSPACE, "workspace", "coda_linear_rowscale_lse");
 }
 
 struct Ce {

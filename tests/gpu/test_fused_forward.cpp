@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/fused_test_util.hpp"
 #include "gpu/gpu_util.hpp"
 #include "gpu/kernel_test_util.hpp"
 #include "reference/reference.hpp"
@@ -26,38 +27,14 @@ using coda::test::Accepted;
 using coda::test::DeviceBuffer;
 using coda::test::kPoison16;
 using coda::test::strided_tensor;
+using coda::test::bytes16;
+using coda::test::config_name;
+using coda::test::PinConfig;
+using coda::test::Shape;
+constexpr auto& kConfigs = coda::test::kFusedConfigs;
 
 constexpr coda_dtype kDt = CODA_BF16;
 constexpr int64_t kPad = 8;  // extra (poisoned) elements per output row
-
-/// The compiled configs of both ops, plus nullptr = the default path (CODA_OP_CONFIG unset).
-char const* const kConfigs[] = {"coop_128x256x64_c2x1", "pp_128x128x64_c2x1", nullptr};
-
-std::string config_name(char const* config) { return config != nullptr ? config : "default"; }
-
-/// Sets CODA_OP_CONFIG (or unsets it for nullptr) for the lifetime of the object.
-class PinConfig {
- public:
-  explicit PinConfig(char const* config) {
-    if (config != nullptr) {
-      setenv("CODA_OP_CONFIG", config, 1);
-    } else {
-      unsetenv("CODA_OP_CONFIG");
-    }
-  }
-  ~PinConfig() { unsetenv("CODA_OP_CONFIG"); }
-  PinConfig(PinConfig const&) = delete;
-  PinConfig& operator=(PinConfig const&) = delete;
-};
-
-struct Shape {
-  int64_t M, N, K;
-  std::string name() const {
-    return "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
-  }
-};
-
-size_t bytes16(int64_t rows, int64_t ld) { return static_cast<size_t>(rows * ld) * 2 + 16; }
 
 // ---- F2: coda_linear_rowscale -------------------------------------------------------------------------------------
 

@@ -1,0 +1,173 @@
+// PairStore: a custom sm90 EVT node that writes a half-width output y[m, i] = PairFn(v[m, 2i], v[m, 2i+1]) from
+// the (even, odd) column pairs of its input fragment and returns the input unchanged, so the collective still
+// stores the full-width D (e.g. the SwiGLU pre-activation z next to y = silu(gate) * up).
+//
+// Why a custom node: stock Sm90AuxStore maps the accumulator 1:1 onto an (M, N) output; y is (M, N/2)
+// (CUTLASS_EVT.md section 6). Why no shuffles for the math: the wgmma/STSM epilogue fragment holds columns
+// (n, n+1) of one row at positions (2k, 2k+1) of the same thread (CUTLASS_EVT.md section 4).
+//
+// Stores are vectorized, never scalar: fragment position 4j+{0,1} is row r, columns c+8j+{0,1} and 4j+{2,3} is
+// row r+8 with c = 2*(lane%4), so lane q of a quad owns y columns {q, 4+q, 8+q, 12+q} of the quad's 16. The quad
+// transposes those 4x4 blocks with three xor-shuffles (two rows packed per 32-bit word), after which lane q owns
+// y columns 4q..4q+3 of rows r and r+8: one 8-byte store per row, a warp writing 8 rows x 32 contiguous bytes.
+// Requirements (checked by the op's validation): N % 16 == 0 (whole quads of pairs), y 8-byte aligned, ldy % 4 == 0.
+// Rows >= M are not written; columns are never partial because N % 16 == 0 and y groups are 4-aligned.
+//
+// Host reference of the node's semantics: pair_store_reference() below (plain C++, used by the unit test).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#if defined(__CUDACC__)
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+// The visitor header uses NumericArrayConverter & co. unqualified: include it through the callbacks header.
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#endif
+
+namespace coda::epilogue {
+
+/// Host reference: y[m*ldy + i] = fn(v[m*ldv + 2i], v[m*ldv + 2i+1]) for m < rows, i < cols/2, in the precision
+/// the caller chooses (the node computes in fp32 and rounds y once to its element type).
+template <class T, class Fn>
+std::vector<T> pair_store_reference(std::vector<T> const& v, int64_t rows, int64_t cols, int64_t ldv, Fn fn) {
+  std::vector<T> y(static_cast<size_t>(rows * (cols / 2)));
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t i = 0; i < cols / 2; ++i) {
+      y[static_cast<size_t>(m * (cols / 2) + i)] = fn(v[static_cast<size_t>(m * ldv + 2 * i)],
+                                                      v[static_cast<size_t>(m * ldv + 2 * i + 1)]);
+    }
+  }
+  return y;
+}
+
+#if defined(__CUDACC__)
+
+/// The node. `PairFn` is a default-constructible functor `float operator()(float even, float odd) const` (device).
+/// `ElementY` is the y element (16-bit: bf16 or fp16). Arguments: y pointer and its row stride (elements).
+template <class PairFn, class ElementY>
+struct Sm90PairStore {
+  static_assert(cutlass::sizeof_bits<ElementY>::value == 16, "PairStore packs two 16-bit y values per shuffle");
+
+  struct SharedStorage {};
+  struct Arguments {
+    ElementY* ptr_y = nullptr;
+    int64_t ldy = 0;
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
+    auto const n = cute::get<1>(problem_shape);
+    return args.ptr_y != nullptr && n % 16 == 0 && args.ldy % 4 == 0 &&
+           (reinterpret_cast<uintptr_t>(args.ptr_y) & 7u) == 0;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  CUTLASS_HOST_DEVICE Sm90PairStore() {}
+  CUTLASS_HOST_DEVICE Sm90PairStore(Params const& params, SharedStorage const&) : params_ptr(&params) {}
+
+  Params const* params_ptr = nullptr;
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
+    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
+  }
+
+  template <class CoordTensor>
+  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, int M, Params const* params)
+        : tC_cY(cute::forward<CoordTensor>(coords)), M(M), params(params) {}
+
+    CoordTensor tC_cY;  // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
+    int M;
+    Params const* params;
+
+    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v, int epi_m,
+                              int epi_n, cutlass::Array<ElementInput, FragmentSize> const& v) {
+      static_assert(FragmentSize == 16, "expects the EpilogueTileAuto wgmma fragment: 4 column groups x 2 rows x 2 cols");
+      PairFn fn{};
+      cutlass::NumericConverter<ElementY, float, cutlass::FloatRoundStyle::round_to_nearest> to_y{};
+      int const q = static_cast<int>(threadIdx.x) & 3;
+      auto coords = tC_cY(cute::_, cute::_, cute::_, epi_m, epi_n);
+
+      CUTLASS_PRAGMA_UNROLL
+      for (int b = 0; b < FragmentSize / 16; ++b) {
+        int const base = b * 16;
+        // Pack (row r, row r+8) of each column group j into one 32-bit word.
+        uint32_t word[4];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          ElementY const lo = to_y(fn(static_cast<float>(v[base + 4 * j + 0]), static_cast<float>(v[base + 4 * j + 1])));
+          ElementY const hi = to_y(fn(static_cast<float>(v[base + 4 * j + 2]), static_cast<float>(v[base + 4 * j + 3])));
+          word[j] = static_cast<uint32_t>(reinterpret_cast<uint16_t const&>(lo)) |
+                    (static_cast<uint32_t>(reinterpret_cast<uint16_t const&>(hi)) << 16);
+        }
+        // 4x4 transpose within the quad: lane q sends word[q^x] to lane q^x and places what it receives at
+        // out[q^x] (selects, not a dynamically indexed array, keep everything in registers).
+        uint32_t out[4];
+        CUTLASS_PRAGMA_UNROLL
+        for (int x = 0; x < 4; ++x) {
+          int const idx = q ^ x;
+          uint32_t const send = idx == 0 ? word[0] : idx == 1 ? word[1] : idx == 2 ? word[2] : word[3];
+          uint32_t const got = x == 0 ? send : __shfl_xor_sync(0xffffffffu, send, x);
+          if (idx == 0) out[0] = got;
+          if (idx == 1) out[1] = got;
+          if (idx == 2) out[2] = got;
+          if (idx == 3) out[3] = got;
+        }
+        // Lane q now owns y columns ybase + 4q .. +3 for rows r (low halves) and r+8 (high halves).
+        auto const c0 = coords(base);      // (m, n, l) of fragment element base: row r, column 2q + 8*0
+        auto const c8 = coords(base + 2);  // row r + 8
+        int const m_r = static_cast<int>(cute::get<0>(c0));
+        int const m_r8 = static_cast<int>(cute::get<0>(c8));
+        int64_t const ycol = (static_cast<int64_t>(cute::get<1>(c0)) - 2 * q) / 2 + 4 * q;
+        uint2 lo_row, hi_row;
+        lo_row.x = (out[0] & 0xffffu) | (out[1] << 16);
+        lo_row.y = (out[2] & 0xffffu) | (out[3] << 16);
+        hi_row.x = (out[0] >> 16) | (out[1] & 0xffff0000u);
+        hi_row.y = (out[2] >> 16) | (out[3] & 0xffff0000u);
+        ElementY* const y = params->ptr_y;
+        if (m_r < M) {
+          *reinterpret_cast<uint2*>(y + static_cast<int64_t>(m_r) * params->ldy + ycol) = lo_row;
+        }
+        if (m_r8 < M) {
+          *reinterpret_cast<uint2*>(y + static_cast<int64_t>(m_r8) * params->ldy + ycol) = hi_row;
+        }
+      }
+      return v;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    auto [M, N, K, L] = args.problem_shape_mnkl;
+    auto coords = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
+        cute::make_identity_tensor(cute::make_shape(M, N, L)), args.tile_shape_mnk, args.tile_coord_mnkl,
+        args.epi_tile, args.tiled_copy, args.thread_idx);
+    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), static_cast<int>(M), params_ptr);
+  }
+};
+
+#endif  // __CUDACC__
+
+}  // namespace coda::epilogue

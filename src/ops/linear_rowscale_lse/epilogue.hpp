@@ -1,0 +1,116 @@
+// F5's epilogue programs (CUTLASS-heavy; include only from the per-kernel .cu files of this directory):
+//
+//   l   = multiplies(ColBroadcast(rstd), acc)                   fp32, evaluated once
+//   D   = R(l)                                                   raw logits (LseEpilogue only)
+//   lse partials = OnlineLse( Compute<Softcap>(l) )              fp32, per (row, N-tile), epilogue/online_lse.hpp
+//
+// LseEpilogue:         Sm90SplitTreeVisitor<input: l, output: SplitTreeFetch -> D, aux: OnlineLse(Softcap(fetch))>
+// LseNoLogitsEpilogue: Sm90EVT<OnlineLse, Sm90EVT<Softcap, l>> with ElementD = void; the root's OnlineLse names
+//                      the collective's (unused) D element through its ElementAux (CUTLASS_EVT.md section 8).
+// The statistics use l in fp32 before any rounding (like F1's sums of squares): only fp32 GEMM and exp/log
+// rounding separate them from the float64 reference; the stored logits are rounded once.
+#pragma once
+
+#include "epilogue/online_lse.hpp"
+#include "epilogue/softcap.hpp"
+#include "gemm/fused_linear.hpp"
+#include "ops/linear_rowscale_lse/kernels.hpp"
+
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/functional.h>
+#include <cutlass/numeric_types.h>
+
+namespace coda::ops {
+
+namespace lse_detail {
+
+template <class Traits>
+using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, typename Traits::TileShape, float, float,
+                                                         cute::Stride<cute::_1, cute::_0, int64_t>>;
+template <class Traits>
+using Logits = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, Traits::kRound>, Rstd<Traits>,
+    cutlass::epilogue::fusion::Sm90AccFetch>;
+template <class Traits>
+using Softcap = cutlass::epilogue::fusion::Sm90Compute<epilogue::Softcap, float, float, Traits::kRound>;
+template <class Traits>
+using Lse = epilogue::OnlineLse<typename Traits::TileShape, cutlass::bfloat16_t>;
+
+template <class RstdArgs>
+void fill_rstd(RstdArgs& out, LseArgs const& args, gemm::Operands const& op) {
+  out.ptr_col = args.rstd;
+  out.null_default = 0.0f;
+  out.dCol = {cute::_1{}, cute::_0{}, op.M};
+}
+
+inline epilogue::SoftcapArguments softcap_args(float cap) {
+  epilogue::SoftcapArguments a;
+  a.cap = cap;
+  a.inv_cap = cap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(cap)) : 0.0f;
+  return a;
+}
+
+inline epilogue::OnlineLseArguments lse_args(LseArgs const& args) {
+  epilogue::OnlineLseArguments a;
+  a.ptr_max = args.part_max;
+  a.ptr_sumexp = args.part_sumexp;
+  a.ptr_sum = args.part_sum;
+  a.ptr_target = args.part_target;
+  a.targets = args.targets;
+  a.targets_int64 = args.targets_int64;
+  return a;
+}
+
+}  // namespace lse_detail
+
+/// Logits stored as D (bf16, raw) plus the partials.
+struct LseEpilogue {
+  using Args = LseArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementC = void;
+    using Aux = cutlass::epilogue::fusion::Sm90EVT<
+        lse_detail::Lse<Traits>,
+        cutlass::epilogue::fusion::Sm90EVT<lse_detail::Softcap<Traits>, cutlass::epilogue::fusion::Sm90SplitTreeFetch>>;
+    using Fusion = cutlass::epilogue::fusion::Sm90SplitTreeVisitor<lse_detail::Logits<Traits>,
+                                                                   cutlass::epilogue::fusion::Sm90SplitTreeFetch, Aux>;
+
+    /// {op_0 = l {rstd, acc, multiply}, op_1 = aux {softcap {fetch, node}, lse}, op_2 = D fetch}
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
+      lse_detail::fill_rstd(out.op_0.op_0, args, op);
+      out.op_1.op_0.op_1 = lse_detail::softcap_args(args.softcap);
+      out.op_1.op_1 = lse_detail::lse_args(args);
+    }
+  };
+};
+
+/// No logits: D = void, only the partials.
+struct LseNoLogitsEpilogue {
+  using Args = LseArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementC = void;
+    using Capped = cutlass::epilogue::fusion::Sm90EVT<lse_detail::Softcap<Traits>, lse_detail::Logits<Traits>>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<lse_detail::Lse<Traits>, Capped>;
+
+    /// {op_0 = softcap {l {rstd, acc, multiply}, node}, op_1 = lse}
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
+      lse_detail::fill_rstd(out.op_0.op_0.op_0, args, op);
+      out.op_0.op_1 = lse_detail::softcap_args(args.softcap);
+      out.op_1 = lse_detail::lse_args(args);
+    }
+  };
+};
+
+template <class Config>
+using LseKernel = gemm::FusedLinear<Config, LseEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+                                    cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+template <class Config>
+using LseNoLogitsKernel = gemm::FusedLinear<Config, LseNoLogitsEpilogue, cutlass::bfloat16_t, void,
+                                            cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+
+}  // namespace coda::ops

@@ -1,0 +1,38 @@
+// F4 coda_linear_rowscale_rope: qkv = rope(diag(rstd) (h w_qkv^T)) with per-row positions and a per-column
+// inv_freq vector (0 on the v columns). CUTLASS-free interface: the epilogue arguments, the getters of the compiled
+// kernels (one per src/ops/linear_rowscale_rope/<config>.cu) and the dispatch. docs/FUSED_OPS.md.
+#pragma once
+
+#include "gemm/kernel_api.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace coda::ops {
+
+/// Run-time arguments of the rowscale + RoPE epilogue (besides Operands: A = h, B = w_qkv, D = qkv, no C).
+struct RopeArgs {
+  float const* rstd = nullptr;          ///< [M] fp32
+  int32_t const* positions = nullptr;   ///< [M] int32, 0 <= pos < 2^24 (exact as float)
+  float const* inv_freq_cols = nullptr; ///< [N] fp32: per-column frequency, 0 on v columns
+};
+
+namespace rope_kernels {
+gemm::KernelOps<RopeArgs> const& fwd_bf16_coop_128x256x64_c2x1();
+gemm::KernelOps<RopeArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+}  // namespace rope_kernels
+
+/// Workspace of linear_rowscale_rope: the expanded per-column inv_freq (N floats, 256-byte rounded).
+size_t linear_rowscale_rope_workspace_bytes(int64_t N);
+
+/// bf16 qkv[M,N] (row stride ldq) = rope(rstd[m] * (h[M,K] w_qkv[N,K]^T)), N = (Hq + 2 Hkv) head_dim, q/k rows
+/// of w_qkv paired per head. Enqueues the inv_freq expansion (into `workspace`) and one GEMM on `stream`.
+/// Throws coda::detail::Error.
+void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w_qkv,
+                          int64_t ldw, float const* rstd, int32_t const* positions, float const* inv_freq,
+                          int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, void* qkv, int64_t ldq,
+                          void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace coda::ops

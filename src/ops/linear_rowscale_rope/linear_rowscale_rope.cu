@@ -1,0 +1,58 @@
+// F4 dispatch (host only, no CUTLASS): expand inv_freq per column into the workspace, pick a compiled config,
+// launch one GEMM.
+#include "ops/linear_rowscale_rope/kernels.hpp"
+
+#include "common/error.hpp"
+#include "kernels/kernels.hpp"
+#include "ops/op_config.hpp"
+
+namespace coda::ops {
+
+size_t linear_rowscale_rope_workspace_bytes(int64_t N) {
+  return N <= 0 ? 0 : (static_cast<size_t>(N) * sizeof(float) + 255) / 256 * 256;
+}
+
+void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w_qkv,
+                          int64_t ldw, float const* rstd, int32_t const* positions, float const* inv_freq,
+                          int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, void* qkv, int64_t ldq,
+                          void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  gemm::KernelOps<RopeArgs> const* const kernels[] = {&rope_kernels::fwd_bf16_coop_128x256x64_c2x1(),
+                                                      &rope_kernels::fwd_bf16_pp_128x128x64_c2x1()};
+  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
+  int pick = pinned_config("coda_linear_rowscale_rope", infos, 2);
+  if (pick < 0) {
+    // Heuristic: the qkv GEMM is narrow (N = 3072..10240), so the 128x256 cooperative tile only when it fills a
+    // wave of SMs; otherwise pingpong 128x128 (twice the tiles, and the sin/cos epilogue overlaps the next MMA).
+    int device = 0;
+    CODA_CUDA_CHECK(cudaGetDevice(&device));
+    pick = tile_count(*infos[0], M, N) >= 2 * gemm::device_sm_count(device) ? 0 : 1;
+  }
+  if (workspace_bytes < linear_rowscale_rope_workspace_bytes(N) || workspace == nullptr ||
+      (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {
+    coda::detail::fail(CODA_ERROR_WORKSPACE, "coda_linear_rowscale_rope: needs ",
+                       linear_rowscale_rope_workspace_bytes(N), " bytes of 16-byte aligned workspace, got ",
+                       workspace_bytes);
+  }
+  float* const freq = static_cast<float*>(workspace);
+  kernels::expand_rope_inv_freq(inv_freq, n_q_heads, n_kv_heads, head_dim, freq, stream);
+
+  gemm::Operands op;
+  op.M = M, op.N = N, op.K = K;
+  op.A = h, op.lda = ldh;
+  op.B = w_qkv, op.ldb = ldw;
+  op.D = qkv, op.ldd = ldq;
+  RopeArgs args;
+  args.rstd = rstd;
+  args.positions = positions;
+  args.inv_freq_cols = freq;
+  gemm::Knobs const knobs{};
+  gemm::KernelOps<RopeArgs> const& k = *kernels[pick];
+  size_t const need = k.workspace_size(op, args, knobs);
+  if (need != 0) {
+    coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale_rope: kernel ", k.info.config,
+                       " unexpectedly needs ", need, " bytes of CUTLASS workspace");
+  }
+  k.run(op, args, knobs, nullptr, 0, stream);
+}
+
+}  // namespace coda::ops

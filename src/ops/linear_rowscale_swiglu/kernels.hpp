@@ -1,0 +1,33 @@
+// F3 coda_linear_rowscale_swiglu: z = diag(rstd) (h w_gu^T) [M,2F] and y = silu(z[:,2i]) * z[:,2i+1] [M,F] from
+// the interleaved gate/up weight. CUTLASS-free interface: the epilogue arguments, the getters of the compiled
+// kernels (one per src/ops/linear_rowscale_swiglu/<config>.cu) and the dispatch. docs/FUSED_OPS.md.
+#pragma once
+
+#include "gemm/kernel_api.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace coda::ops {
+
+/// Run-time arguments of the rowscale + SwiGLU epilogue (besides Operands: A = h, B = w_gu, D = z, no C).
+struct SwigluArgs {
+  float const* rstd = nullptr;  ///< [M] fp32, contiguous
+  void* y = nullptr;            ///< [M, N/2] bf16, row stride ldy; 8-byte aligned, ldy % 4 == 0
+  int64_t ldy = 0;
+};
+
+namespace swiglu_kernels {
+gemm::KernelOps<SwigluArgs> const& fwd_bf16_coop_128x256x64_c2x1();
+gemm::KernelOps<SwigluArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+}  // namespace swiglu_kernels
+
+/// bf16 z[M,N] (row stride ldz) = rstd[m] * (h[M,K] w_gu[N,K]^T), y[M,N/2] (row stride ldy) = silu(z even
+/// columns) * z odd columns, both from the fp32 z, each rounded once. N % 16 == 0. Picks a config (CODA_OP_CONFIG
+/// pins one) and enqueues one GEMM on `stream`. Throws coda::detail::Error.
+void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w_gu,
+                            int64_t ldw, float const* rstd, void* z, int64_t ldz, void* y, int64_t ldy,
+                            cudaStream_t stream);
+
+}  // namespace coda::ops

@@ -1,0 +1,44 @@
+// F3 dispatch (host only, no CUTLASS): pick a compiled config, build Operands, launch one GEMM.
+#include "ops/linear_rowscale_swiglu/kernels.hpp"
+
+#include "common/error.hpp"
+#include "ops/op_config.hpp"
+
+namespace coda::ops {
+
+void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w_gu,
+                            int64_t ldw, float const* rstd, void* z, int64_t ldz, void* y, int64_t ldy,
+                            cudaStream_t stream) {
+  gemm::KernelOps<SwigluArgs> const* const kernels[] = {&swiglu_kernels::fwd_bf16_coop_128x256x64_c2x1(),
+                                                        &swiglu_kernels::fwd_bf16_pp_128x128x64_c2x1()};
+  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
+  int pick = pinned_config("coda_linear_rowscale_swiglu", infos, 2);
+  if (pick < 0) {
+    // Heuristic: the epilogue writes 1.5x the plain GEMM's output bytes and runs the SwiGLU math, so pingpong
+    // (one warpgroup's epilogue overlaps the other's MMA, CUTLASS_EVT.md section 6 table) unless K is long enough
+    // for the cooperative tile's mainloop to dominate.
+    int device = 0;
+    CODA_CUDA_CHECK(cudaGetDevice(&device));
+    bool const coop = K > 8192 && tile_count(*infos[0], M, N) >= gemm::device_sm_count(device);
+    pick = coop ? 0 : 1;
+  }
+  gemm::Operands op;
+  op.M = M, op.N = N, op.K = K;
+  op.A = h, op.lda = ldh;
+  op.B = w_gu, op.ldb = ldw;
+  op.D = z, op.ldd = ldz;
+  SwigluArgs args;
+  args.rstd = rstd;
+  args.y = y;
+  args.ldy = ldy;
+  gemm::Knobs const knobs{};
+  gemm::KernelOps<SwigluArgs> const& k = *kernels[pick];
+  size_t const need = k.workspace_size(op, args, knobs);
+  if (need != 0) {
+    coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale_swiglu: kernel ", k.info.config,
+                       " unexpectedly needs ", need, " bytes of workspace");
+  }
+  k.run(op, args, knobs, nullptr, 0, stream);
+}
+
+}  // namespace coda::ops
