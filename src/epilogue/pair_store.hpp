@@ -10,8 +10,8 @@
 // row r+8 with c = 2*(lane%4), so lane q of a quad owns y columns {q, 4+q, 8+q, 12+q} of the quad's 16. The quad
 // transposes those 4x4 blocks with three xor-shuffles (two rows packed per 32-bit word), after which lane q owns
 // y columns 4q..4q+3 of rows r and r+8: one 8-byte store per row, a warp writing 8 rows x 32 contiguous bytes.
-// Requirements (checked by the op's validation): N % 16 == 0 (whole quads of pairs), y 8-byte aligned, ldy % 4 == 0.
-// Rows >= M are not written; columns are never partial because N % 16 == 0 and y groups are 4-aligned.
+// Requirements (checked by the op's validation): N % 16 == 0, y 8-byte aligned, ldy % 4 == 0. Rows >= M and
+// columns >= N/2 (subtiles overhanging N) are not written; a 4-column y group is never partial (N/2 % 8 == 0).
 //
 // Host reference of the node's semantics: pair_store_reference() below (plain C++, used by the unit test).
 #pragma once
@@ -93,11 +93,12 @@ struct Sm90PairStore {
 
   template <class CoordTensor>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, int M, Params const* params)
-        : tC_cY(cute::forward<CoordTensor>(coords)), M(M), params(params) {}
+    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, int M, int64_t F, Params const* params)
+        : tC_cY(cute::forward<CoordTensor>(coords)), M(M), F(F), params(params) {}
 
     CoordTensor tC_cY;  // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
     int M;
+    int64_t F;  // y columns (N / 2)
     Params const* params;
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
@@ -140,17 +141,20 @@ struct Sm90PairStore {
         int const m_r = static_cast<int>(cute::get<0>(c0));
         int const m_r8 = static_cast<int>(cute::get<0>(c8));
         int64_t const ycol = (static_cast<int64_t>(cute::get<1>(c0)) - 2 * q) / 2 + 4 * q;
-        uint2 lo_row, hi_row;
-        lo_row.x = (out[0] & 0xffffu) | (out[1] << 16);
-        lo_row.y = (out[2] & 0xffffu) | (out[3] << 16);
-        hi_row.x = (out[0] >> 16) | (out[1] & 0xffff0000u);
-        hi_row.y = (out[2] >> 16) | (out[3] & 0xffff0000u);
+        // One 64-bit value per row (a uint2 store was split into two 32-bit stores by the compiler).
+        uint64_t const lo_row = static_cast<uint64_t>((out[0] & 0xffffu) | (out[1] << 16)) |
+                                (static_cast<uint64_t>((out[2] & 0xffffu) | (out[3] << 16)) << 32);
+        uint64_t const hi_row = static_cast<uint64_t>((out[0] >> 16) | (out[1] & 0xffff0000u)) |
+                                (static_cast<uint64_t>((out[2] >> 16) | (out[3] & 0xffff0000u)) << 32);
         ElementY* const y = params->ptr_y;
+        // Subtiles overhanging N (N % 32 != 0, or whole subtiles past N in the last CTA tile) hold zeros there:
+        // a 4-column group is entirely inside y or entirely outside (y columns = N/2, a multiple of 8).
+        if (ycol >= F) continue;
         if (m_r < M) {
-          *reinterpret_cast<uint2*>(y + static_cast<int64_t>(m_r) * params->ldy + ycol) = lo_row;
+          *reinterpret_cast<uint64_t*>(y + static_cast<int64_t>(m_r) * params->ldy + ycol) = lo_row;
         }
         if (m_r8 < M) {
-          *reinterpret_cast<uint2*>(y + static_cast<int64_t>(m_r8) * params->ldy + ycol) = hi_row;
+          *reinterpret_cast<uint64_t*>(y + static_cast<int64_t>(m_r8) * params->ldy + ycol) = hi_row;
         }
       }
       return v;
@@ -164,7 +168,8 @@ struct Sm90PairStore {
     auto coords = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
         cute::make_identity_tensor(cute::make_shape(M, N, L)), args.tile_shape_mnk, args.tile_coord_mnkl,
         args.epi_tile, args.tiled_copy, args.thread_idx);
-    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), static_cast<int>(M), params_ptr);
+    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), static_cast<int>(M),
+                                                    static_cast<int64_t>(N) / 2, params_ptr);
   }
 };
 
