@@ -82,6 +82,7 @@ struct Options : coda_bench::CommonOptions {
   std::set<std::string> models{"1B", "8B", "70B"};
   std::vector<int64_t> tokens{16384};
   std::set<std::string> ops{"f1", "f2", "f3", "f4", "f5"};
+  bool sweep = false;  // also time every compiled config x a few scheduler knobs (CODA_OP_CONFIG pins)
 };
 
 void usage() {
@@ -93,6 +94,7 @@ void usage() {
       "  --ops f1,f2,f3,f4       F1 linear_residual_rmsnorm (out, down), F2 linear_rowscale (gate_up, qkv),\n"
       "                          F3 linear_rowscale_swiglu (gate_up), F4 linear_rowscale_rope (qkv),\n"
       "                          F5 linear_rowscale_lse (lm_head)\n"
+      "  --sweep                 also time each compiled config x raster/swizzle knobs (CODA_OP_CONFIG pins)\n"
       "  --reps N (>=20 per PROTOCOL.md, default 20)  --warmup N (default 3)  --no-flush\n"
       "  --out FILE.jsonl [--append]  --commit SHA  --device N  --list (print the shapes and exit)\n");
 }
@@ -114,6 +116,8 @@ Options parse(int argc, char** argv) {
     std::string const a = argv[i];
     if (a == "--quick") {
       o.models = {"1B"};
+    } else if (a == "--sweep") {
+      o.sweep = true;
     } else if (a == "--models") {
       o.models = set_of(need(i));
     } else if (a == "--tokens") {
@@ -724,6 +728,46 @@ int main(int argc, char** argv) {
                    names[v] == "coda" ? num_or_null(tune_ms).c_str() : "null", opt.reps,
                    opt.flush ? "true" : "false", sets);
       std::fflush(jsonl);
+    }
+    if (opt.sweep) {
+      // Every compiled config of the op (F5: cooperative only) x knob sets, each against cuBLAS in one interleaved
+      // measurement. The pins go through CODA_OP_CONFIG, which the ops read on every call.
+      std::vector<std::string> configs{"coop_128x256x64_c2x1"};
+      if (s.which != 5) configs.push_back("pp_128x128x64_c2x1");
+      std::vector<std::string> pins;
+      for (std::string const& c : configs) {
+        for (char const* k : {"", ":raster=m", ":raster=n", ":raster=m,swizzle=4", ":raster=n,swizzle=4",
+                              ":raster=m,swizzle=8", ":raster=n,swizzle=8"}) {
+          pins.push_back(c + k);
+        }
+      }
+      std::vector<std::function<void(int)>> launches{run_cublas};
+      for (std::string const& pin : pins) {
+        launches.push_back([&, pin](int set) {
+          setenv("CODA_OP_CONFIG", pin.c_str(), 1);
+          run_coda(set);
+        });
+      }
+      std::vector<Timing> const st = timer.measure_interleaved(opt.warmup, sets, launches);
+      unsetenv("CODA_OP_CONFIG");
+      std::string best;
+      double best_ratio = 1e9;
+      for (size_t i = 0; i < pins.size(); ++i) {
+        double const ratio = st[i + 1].median_ms / st[0].median_ms;
+        if (ratio < best_ratio) best_ratio = ratio, best = pins[i];
+        if (jsonl != nullptr) {
+          std::fprintf(jsonl,
+                       "{\"suite\":\"fused_sweep\",\"op\":\"%s\",\"config\":\"%s\",\"M\":%lld,\"N\":%lld,"
+                       "\"K\":%lld,\"pin\":\"%s\",\"ms\":%.6f,\"cublas_ms\":%.6f,\"time_vs_cublas\":%.4f,"
+                       "\"commit\":\"%s\",\"gpu\":\"%s\",\"date\":\"%s\"}\n",
+                       json_escape(s.op).c_str(), json_escape(s.config).c_str(), static_cast<long long>(s.M),
+                       static_cast<long long>(s.N), static_cast<long long>(s.K), pins[i].c_str(), st[i + 1].median_ms,
+                       st[0].median_ms, ratio, json_escape(commit).c_str(), json_escape(gpu).c_str(), date.c_str());
+        }
+      }
+      std::printf("  sweep %s %s: best %s %.3f x cuBLAS;", s.config.c_str(), s.op.c_str(), best.c_str(), best_ratio);
+      for (size_t i = 0; i < pins.size(); ++i) std::printf(" %s=%.3f", pins[i].c_str(), st[i + 1].median_ms / st[0].median_ms);
+      std::printf("\n");
     }
     std::string const key = "f" + std::to_string(s.which);
     vs_cublas[key].add(ms_coda / ms_cublas);

@@ -1,6 +1,7 @@
 // The plain GEMM's dispatcher: kernel registry, candidate names, autotuning and the run() entry point.
 // Host-only translation unit: no CUTLASS headers and no kernels (those are in src/gemm/instances/*.cu).
 #include "gemm/gemm.hpp"
+#include "gemm/knobs.hpp"
 
 #include "common/error.hpp"
 #include "gemm/cublas_backend.hpp"
@@ -111,19 +112,8 @@ struct Candidate {
 
 std::string name_of(Candidate const& c) {
   if (c.ops == nullptr) return kCublas;
-  std::string knobs;
-  auto add = [&](std::string const& kv) { knobs += (knobs.empty() ? ":" : ",") + kv; };
-  if (c.knobs.raster == Raster::kAlongM) add("raster=m");
-  if (c.knobs.raster == Raster::kAlongN) add("raster=n");
-  if (c.knobs.swizzle != 1) add("swizzle=" + std::to_string(c.knobs.swizzle));
-  switch (c.knobs.decomposition) {
-    case Decomposition::kDataParallel: add("mode=dp"); break;
-    case Decomposition::kSplitK: add("mode=splitk"); break;
-    case Decomposition::kStreamK: add("mode=sk"); break;
-    default: break;
-  }
-  if (c.knobs.splits != 1) add("splits=" + std::to_string(c.knobs.splits));
-  return std::string(c.ops->info.config) + knobs;
+  std::string const knobs = knobs_string(c.knobs);
+  return std::string(c.ops->info.config) + (knobs.empty() ? "" : ":" + knobs);
 }
 
 /// Parses "<config>[:k=v,...]" or "cublas" for problem `a`; nullopt with *why set when the name is malformed or no
@@ -157,40 +147,10 @@ std::optional<Candidate> parse_candidate(std::string const& text, GemmArgs const
     return std::nullopt;
   }
   if (colon == std::string::npos) return c;
-  std::string const knobs = text.substr(colon + 1);
-  size_t pos = 0;
-  while (pos <= knobs.size()) {
-    size_t const comma = std::min(knobs.find(',', pos), knobs.size());
-    std::string const item = knobs.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (item.empty()) continue;
-    size_t const eq = item.find('=');
-    std::string const k = item.substr(0, eq), v = eq == std::string::npos ? "" : item.substr(eq + 1);
-    bool ok = true;
-    if (k == "raster") {
-      if (v == "h") c.knobs.raster = Raster::kHeuristic;
-      else if (v == "m") c.knobs.raster = Raster::kAlongM;
-      else if (v == "n") c.knobs.raster = Raster::kAlongN;
-      else ok = false;
-    } else if (k == "swizzle" || k == "splits") {
-      char* end = nullptr;
-      long const n = std::strtol(v.c_str(), &end, 10);
-      ok = !v.empty() && *end == '\0' && n >= 1 && n <= 64;
-      if (ok) (k == "swizzle" ? c.knobs.swizzle : c.knobs.splits) = static_cast<int>(n);
-    } else if (k == "mode") {
-      if (v == "h") c.knobs.decomposition = Decomposition::kHeuristic;
-      else if (v == "dp") c.knobs.decomposition = Decomposition::kDataParallel;
-      else if (v == "sk") c.knobs.decomposition = Decomposition::kStreamK;
-      else if (v == "splitk") c.knobs.decomposition = Decomposition::kSplitK;
-      else ok = false;
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      *why = coda::detail::concat("bad knob '", item, "' in '", text,
-                                  "' (knobs: raster=h|m|n, swizzle=1|2|4|8, mode=h|dp|sk|splitk, splits=<n>)");
-      return std::nullopt;
-    }
+  std::string bad;
+  if (!parse_knobs(text.substr(colon + 1), c.knobs, &bad)) {
+    *why = coda::detail::concat(bad, " in '", text, "'");
+    return std::nullopt;
   }
   return c;
 }

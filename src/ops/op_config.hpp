@@ -7,11 +7,13 @@
 
 namespace coda::ops {
 
-/// CODA_OP_CONFIG=<config name> (e.g. "pp_128x128x64_c2x1") pins the mainloop config of every fused op. Returns
-/// the index of the pinned config among the op's `count` compiled kernels, -1 when the variable is unset or empty;
-/// a config the op does not have compiled is an error (CODA_ERROR_INVALID_ARGUMENT) naming the variable, the op
-/// and the compiled configs — never a silent fallback. Read on every call, so tests can switch it with setenv.
-int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count);
+/// CODA_OP_CONFIG=<config name>[:<knobs>] (e.g. "pp_128x128x64_c2x1" or "coop_128x256x64_c2x1:raster=m,swizzle=4",
+/// knobs as gemm/knobs.hpp) pins the mainloop config, and optionally the scheduler knobs, of every fused op.
+/// Returns the index of the pinned config among the op's `count` compiled kernels and sets *knobs when knobs are
+/// given; -1 when the variable is unset or empty. A config the op does not have compiled, or a malformed knob, is
+/// an error (CODA_ERROR_INVALID_ARGUMENT) naming the variable, the op and the compiled configs — never a silent
+/// fallback. Read on every call, so tests and benchmarks can switch it with setenv.
+int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count, gemm::Knobs* knobs = nullptr);
 
 /// Output tiles of a kernel's CTA tile on an M x N output.
 int64_t tile_count(gemm::KernelInfo const& info, int64_t M, int64_t N);

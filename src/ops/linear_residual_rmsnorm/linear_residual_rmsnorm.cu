@@ -25,7 +25,8 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
       &residual_rmsnorm_kernels::fwd_bf16_coop_128x256x64_c2x1(),
       &residual_rmsnorm_kernels::fwd_bf16_pp_128x128x64_c2x1()};
   gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  int pick = pinned_config("coda_linear_residual_rmsnorm", infos, 2);
+  gemm::Knobs knobs{};
+  int pick = pinned_config("coda_linear_residual_rmsnorm", infos, 2, &knobs);
   if (pick < 0) {
     // Heuristic: the epilogue (C load, two stores, a row reduction) is heavy, so pingpong 128x128, which overlaps
     // it with the next tile's MMA (14 % less time than cooperative at K = 4096, CUTLASS_EVT.md section 7), unless
@@ -55,7 +56,6 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   args.h = h;
   args.ldh = ldh;
   args.partials = static_cast<float*>(workspace);
-  gemm::Knobs const knobs{};
   size_t const need = k.workspace_size(op, args, knobs);
   if (need != 0) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_residual_rmsnorm: kernel ", k.info.config,

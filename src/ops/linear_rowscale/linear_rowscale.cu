@@ -11,7 +11,8 @@ void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh
   gemm::KernelOps<RowscaleArgs> const* const kernels[] = {&rowscale_kernels::fwd_bf16_coop_128x256x64_c2x1(),
                                                           &rowscale_kernels::fwd_bf16_pp_128x128x64_c2x1()};
   gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  int pick = pinned_config("coda_linear_rowscale", infos, 2);
+  gemm::Knobs knobs{};
+  int pick = pinned_config("coda_linear_rowscale", infos, 2, &knobs);
   if (pick < 0) {
     // Heuristic (plain-GEMM behaviour: the epilogue is one multiply): the 128x256 cooperative tile once it fills
     // a wave of SMs, else pingpong 128x128 (twice the tiles).
@@ -26,7 +27,6 @@ void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh
   op.D = y, op.ldd = ldy;
   RowscaleArgs args;
   args.rstd = rstd;
-  gemm::Knobs const knobs{};
   gemm::KernelOps<RowscaleArgs> const& k = *kernels[pick];
   size_t const need = k.workspace_size(op, args, knobs);
   if (need != 0) {

@@ -20,7 +20,8 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
   gemm::KernelOps<LseArgs> const& k = store_logits ? lse_kernels::fwd_bf16_coop_128x256x64_c2x1()
                                                    : lse_kernels::fwd_bf16_nologits_coop_128x256x64_c2x1();
   gemm::KernelInfo const* const infos[] = {&k.info};
-  (void)pinned_config("coda_linear_rowscale_lse", infos, 1);
+  gemm::Knobs knobs{};
+  (void)pinned_config("coda_linear_rowscale_lse", infos, 1, &knobs);
   if (k.info.tile_m != kLseTileM || k.info.tile_n != kLseTileN) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale_lse: kernel ", k.info.config,
                        " has a CTA tile that coda_linear_rowscale_lse_workspace_size does not cover");
@@ -46,7 +47,6 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
   args.part_sumexp = ws.buffer(workspace, 1);
   args.part_sum = ws.buffer(workspace, 2);
   args.part_target = ws.buffer(workspace, 3);
-  gemm::Knobs const knobs{};
   size_t const need = k.workspace_size(op, args, knobs);
   if (need != 0) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale_lse: kernel ", k.info.config,

@@ -19,7 +19,8 @@ void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_
   gemm::KernelOps<RopeArgs> const* const kernels[] = {&rope_kernels::fwd_bf16_coop_128x256x64_c2x1(),
                                                       &rope_kernels::fwd_bf16_pp_128x128x64_c2x1()};
   gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  int pick = pinned_config("coda_linear_rowscale_rope", infos, 2);
+  gemm::Knobs knobs{};
+  int pick = pinned_config("coda_linear_rowscale_rope", infos, 2, &knobs);
   if (pick < 0) {
     // Heuristic: the qkv GEMM is narrow (N = 3072..10240), so the 128x256 cooperative tile only when it fills a
     // wave of SMs; otherwise pingpong 128x128 (twice the tiles, and the sin/cos epilogue overlaps the next MMA).
@@ -45,7 +46,6 @@ void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_
   args.rstd = rstd;
   args.positions = positions;
   args.inv_freq_cols = freq;
-  gemm::Knobs const knobs{};
   gemm::KernelOps<RopeArgs> const& k = *kernels[pick];
   size_t const need = k.workspace_size(op, args, knobs);
   if (need != 0) {

@@ -12,7 +12,8 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
   gemm::KernelOps<SwigluArgs> const* const kernels[] = {&swiglu_kernels::fwd_bf16_coop_128x256x64_c2x1(),
                                                         &swiglu_kernels::fwd_bf16_pp_128x128x64_c2x1()};
   gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  int pick = pinned_config("coda_linear_rowscale_swiglu", infos, 2);
+  gemm::Knobs knobs{};
+  int pick = pinned_config("coda_linear_rowscale_swiglu", infos, 2, &knobs);
   if (pick < 0) {
     // Heuristic: the epilogue writes 1.5x the plain GEMM's output bytes and runs the SwiGLU math, so pingpong
     // (one warpgroup's epilogue overlaps the other's MMA, CUTLASS_EVT.md section 6 table) unless K is long enough
@@ -31,7 +32,6 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
   args.rstd = rstd;
   args.y = y;
   args.ldy = ldy;
-  gemm::Knobs const knobs{};
   gemm::KernelOps<SwigluArgs> const& k = *kernels[pick];
   size_t const need = k.workspace_size(op, args, knobs);
   if (need != 0) {
