@@ -730,10 +730,10 @@ int main(int argc, char** argv) {
       std::fflush(jsonl);
     }
     if (opt.sweep) {
-      // Every compiled config of the op (F5: cooperative only) x knob sets, each against cuBLAS in one interleaved
+      // Every compiled config of the op x knob sets, each against cuBLAS in one interleaved
       // measurement. The pins go through CODA_OP_CONFIG, which the ops read on every call.
       std::vector<std::string> configs{"coop_128x256x64_c2x1"};
-      if (s.which != 5) configs.push_back("pp_128x128x64_c2x1");
+      configs.push_back("pp_128x128x64_c2x1");
       std::vector<std::string> pins;
       for (std::string const& c : configs) {
         for (char const* k : {"", ":raster=m", ":raster=n", ":raster=m,swizzle=4", ":raster=n,swizzle=4",

@@ -34,6 +34,13 @@ int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int coun
                      " config (compiled: ", compiled, ")");
 }
 
+gemm::Knobs raster_n(int swizzle) {
+  gemm::Knobs k;
+  k.raster = gemm::Raster::kAlongN;
+  k.swizzle = swizzle;
+  return k;
+}
+
 int64_t tile_count(gemm::KernelInfo const& info, int64_t M, int64_t N) {
   return ((M + info.tile_m - 1) / info.tile_m) * ((N + info.tile_n - 1) / info.tile_n);
 }

@@ -15,6 +15,10 @@ namespace coda::ops {
 /// fallback. Read on every call, so tests and benchmarks can switch it with setenv.
 int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count, gemm::Knobs* knobs = nullptr);
 
+/// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused
+/// kernels on the LLaMA shapes (bench/results/fused_sweep_*: the default heuristic raster lost up to 25 %).
+gemm::Knobs raster_n(int swizzle);
+
 /// Output tiles of a kernel's CTA tile on an M x N output.
 int64_t tile_count(gemm::KernelInfo const& info, int64_t M, int64_t N);
 

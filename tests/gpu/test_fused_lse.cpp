@@ -39,8 +39,8 @@ constexpr coda_dtype kDt = CODA_BF16;
 constexpr int64_t kPad = 8;            // extra (poisoned) elements per logits row
 constexpr uint32_t kPoison32 = 0xFFFFFFFFu;  // what DeviceBuffer::poison leaves in an fp32 word (a NaN)
 
-/// F5 compiles one config (both variants); nullptr = the default path (CODA_OP_CONFIG unset).
-char const* const kLseConfigs[] = {"coop_128x256x64_c2x1", nullptr};
+/// F5 compiles two configs (each in both variants); nullptr = the default path (CODA_OP_CONFIG unset).
+constexpr auto& kLseConfigs = coda::test::kFusedConfigs;
 
 struct LseCase {
   int64_t M, V, K;
@@ -302,59 +302,63 @@ TEST(FusedLse, NodePartials) {
   CODA_REQUIRE_SM90();
   LseCase const c{300, 1000, 200, 30.0, -100, 0.2, false};
   LseData const d = make_lse(c, 300, /*keep_capped=*/true);
-  coda::ops::LseWorkspace const ws =
-      coda::ops::lse_workspace(c.M, c.V, coda::ops::kLseTileM, coda::ops::kLseTileN);
-  ASSERT_EQ(ws.bytes(), coda_linear_rowscale_lse_workspace_size(c.M, c.V));
-  coda::epilogue::OnlineLseReference const r =
-      coda::epilogue::online_lse_reference(d.capped.data, c.M, c.V, c.V, coda::ops::kLseTileM, coda::ops::kLseTileN,
-                                           &d.targets);
-  ASSERT_EQ(r.tiles, ws.tiles);
-  ASSERT_EQ(r.m_pad, ws.m_pad);
-  for (bool store : {false, true}) {
-    SCOPED_TRACE(store ? "+logits" : "no-logits");
-    LseOut out;
-    ASSERT_NO_FATAL_FAILURE(run_lse(d, nullptr, store, out));
-    size_t const slot = ws.slot / sizeof(float);
-    float const* pmax = out.workspace.data();
-    float const* pse = pmax + slot;
-    float const* psum = pse + slot;
-    float const* ptgt = psum + slot;
-    int64_t bad = 0;
-    for (int64_t t = 0; t < ws.tiles; ++t) {
-      int64_t const n0 = t * coda::ops::kLseTileN, n1 = std::min(c.V, n0 + coda::ops::kLseTileN);
-      for (int64_t m = 0; m < ws.m_pad; ++m) {
-        size_t const i = static_cast<size_t>(m + ws.m_pad * t);
-        if (m >= c.M) {  // rows past M: never written
-          bool const untouched = bits_of(pmax[i]) == kPoison32 && bits_of(pse[i]) == kPoison32 &&
-                                 bits_of(psum[i]) == kPoison32 && bits_of(ptgt[i]) == kPoison32;
-          if (!untouched && bad++ < 10) ADD_FAILURE() << "row " << m << " >= M written in tile " << t;
-          continue;
-        }
-        double sum_abs = 0, vmax = 0;
-        for (int64_t n = n0; n < n1; ++n) {
-          sum_abs += std::fabs(d.capped(m, n));
-          vmax = std::max(vmax, std::fabs(d.capped(m, n)));
-        }
-        // fp32 logits (K = 200 products summed in fp32), ex2.approx and fp32 sums of <= 64 terms per lane: 2e-5
-        // relative is loose for that and tight for a masking bug (an overhang 0 entering sumexp moves it ~0.1 %+).
-        double const tol_v = 2e-5 * (1.0 + vmax);
-        auto near = [](double a, double b, double tol) { return std::fabs(a - b) <= tol; };
-        bool ok = near(pmax[i], r.max[i], tol_v) && near(pse[i], r.sumexp[i], 2e-5 * r.sumexp[i]) &&
-                  near(psum[i], r.sum[i], 2e-5 * (sum_abs + 1.0));
-        if (r.target_written[i]) {
-          ok = ok && near(ptgt[i], r.target[i], tol_v);
-        } else {
-          ok = ok && bits_of(ptgt[i]) == kPoison32;  // only the owning tile writes the target
-        }
-        if (!ok && bad++ < 10) {
-          ADD_FAILURE() << "tile " << t << " row " << m << ": max " << pmax[i] << " vs " << r.max[i] << ", sumexp "
-                        << pse[i] << " vs " << r.sumexp[i] << ", sum " << psum[i] << " vs " << r.sum[i]
-                        << ", target " << ptgt[i] << " vs " << r.target[i] << " (written " << int(r.target_written[i])
-                        << ")";
+  ASSERT_EQ(coda::ops::lse_workspace(c.M, c.V, coda::ops::kLseTileM, coda::ops::kLseTileN).bytes(),
+            coda_linear_rowscale_lse_workspace_size(c.M, c.V));
+  // Each compiled config with its own CTA tile (the partials are laid out for the kernel that ran).
+  for (auto const& [config, tile_n] : {std::pair<char const*, int64_t>{"coop_128x256x64_c2x1", 256},
+                                       std::pair<char const*, int64_t>{"pp_128x128x64_c2x1", 128}}) {
+    SCOPED_TRACE(config);
+    coda::ops::LseWorkspace const ws = coda::ops::lse_workspace(c.M, c.V, coda::ops::kLseTileM, tile_n);
+    coda::epilogue::OnlineLseReference const r =
+        coda::epilogue::online_lse_reference(d.capped.data, c.M, c.V, c.V, coda::ops::kLseTileM, tile_n, &d.targets);
+    ASSERT_EQ(r.tiles, ws.tiles);
+    ASSERT_EQ(r.m_pad, ws.m_pad);
+    for (bool store : {false, true}) {
+      SCOPED_TRACE(store ? "+logits" : "no-logits");
+      LseOut out;
+      ASSERT_NO_FATAL_FAILURE(run_lse(d, config, store, out));
+      size_t const slot = ws.slot / sizeof(float);
+      float const* pmax = out.workspace.data();
+      float const* pse = pmax + slot;
+      float const* psum = pse + slot;
+      float const* ptgt = psum + slot;
+      int64_t bad = 0;
+      for (int64_t t = 0; t < ws.tiles; ++t) {
+        int64_t const n0 = t * tile_n, n1 = std::min(c.V, n0 + tile_n);
+        for (int64_t m = 0; m < ws.m_pad; ++m) {
+          size_t const i = static_cast<size_t>(m + ws.m_pad * t);
+          if (m >= c.M) {  // rows past M: never written
+            bool const untouched = bits_of(pmax[i]) == kPoison32 && bits_of(pse[i]) == kPoison32 &&
+                                   bits_of(psum[i]) == kPoison32 && bits_of(ptgt[i]) == kPoison32;
+            if (!untouched && bad++ < 10) ADD_FAILURE() << "row " << m << " >= M written in tile " << t;
+            continue;
+          }
+          double sum_abs = 0, vmax = 0;
+          for (int64_t n = n0; n < n1; ++n) {
+            sum_abs += std::fabs(d.capped(m, n));
+            vmax = std::max(vmax, std::fabs(d.capped(m, n)));
+          }
+          // fp32 logits (K = 200 products summed in fp32), ex2.approx and fp32 sums of <= 64 terms per lane: 2e-5
+          // relative is loose for that and tight for a masking bug (an overhang 0 entering sumexp moves it ~0.1 %+).
+          double const tol_v = 2e-5 * (1.0 + vmax);
+          auto near = [](double a, double b, double tol) { return std::fabs(a - b) <= tol; };
+          bool ok = near(pmax[i], r.max[i], tol_v) && near(pse[i], r.sumexp[i], 2e-5 * r.sumexp[i]) &&
+                    near(psum[i], r.sum[i], 2e-5 * (sum_abs + 1.0));
+          if (r.target_written[i]) {
+            ok = ok && near(ptgt[i], r.target[i], tol_v);
+          } else {
+            ok = ok && bits_of(ptgt[i]) == kPoison32;  // only the owning tile writes the target
+          }
+          if (!ok && bad++ < 10) {
+            ADD_FAILURE() << "tile " << t << " row " << m << ": max " << pmax[i] << " vs " << r.max[i] << ", sumexp "
+                          << pse[i] << " vs " << r.sumexp[i] << ", sum " << psum[i] << " vs " << r.sum[i]
+                          << ", target " << ptgt[i] << " vs " << r.target[i] << " (written " << int(r.target_written[i])
+                          << ")";
+          }
         }
       }
+      EXPECT_EQ(bad, 0);
     }
-    EXPECT_EQ(bad, 0);
   }
 }
 
@@ -369,7 +373,7 @@ TEST(FusedLse, PinnedOtherConfigIsAnError) {
   coda_tensor tt = coda::test::device_tensor(dt.get(), CODA_INT64, {7});
   coda_tensor tl = coda::test::device_tensor(dl.get(), CODA_FP32, {7});
   coda_tensor ttl = coda::test::device_tensor(dtl.get(), CODA_FP32, {7});
-  PinConfig const pin("pp_128x128x64_c2x1");  // compiled for F1-F4, not for F5
+  PinConfig const pin("sk_128x256x64_c2x1");  // a plain-GEMM config, not compiled for F5
   EXPECT_EQ(coda_linear_rowscale_lse(&th, &tw, &ts, &tt, 0.0f, -100, &tl, &ttl, nullptr, dws.get(), wsb, nullptr),
             CODA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(coda_last_error()).find("CODA_OP_CONFIG"), std::string::npos) << coda_last_error();

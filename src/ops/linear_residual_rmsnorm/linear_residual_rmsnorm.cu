@@ -28,13 +28,11 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   gemm::Knobs knobs{};
   int pick = pinned_config("coda_linear_residual_rmsnorm", infos, 2, &knobs);
   if (pick < 0) {
-    // Heuristic: the epilogue (C load, two stores, a row reduction) is heavy, so pingpong 128x128, which overlaps
-    // it with the next tile's MMA (14 % less time than cooperative at K = 4096, CUTLASS_EVT.md section 7), unless
-    // K is long enough for the mainloop to dominate and the cooperative tile fills a wave.
-    int device = 0;
-    CODA_CUDA_CHECK(cudaGetDevice(&device));
-    bool const coop = K > 8192 && tile_count(*infos[0], M, N) >= gemm::device_sm_count(device);
-    pick = coop ? 0 : 1;
+    // Pingpong 128x128 (one warpgroup's epilogue, with its C load, two stores and row reduction, overlaps the
+    // other's MMA) with raster along N: best or within 3 % of the best config x knobs at every LLaMA shape of the
+    // sweep (bench/results/fused_sweep_*); the long-K down-projection keeps the default raster (measured better).
+    pick = 1;
+    if (K <= 2 * N) knobs = raster_n(4);
   }
   gemm::KernelOps<ResidualRmsnormArgs> const& k = *kernels[pick];
 

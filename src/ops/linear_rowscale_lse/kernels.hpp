@@ -30,6 +30,9 @@ namespace lse_kernels {
 gemm::KernelOps<LseArgs> const& fwd_bf16_coop_128x256x64_c2x1();
 /// D = void: only the partials are written.
 gemm::KernelOps<LseArgs> const& fwd_bf16_nologits_coop_128x256x64_c2x1();
+/// The same two variants, pingpong 128x128 (the epilogue of one warpgroup overlaps the other's MMA).
+gemm::KernelOps<LseArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+gemm::KernelOps<LseArgs> const& fwd_bf16_nologits_pp_128x128x64_c2x1();
 }  // namespace lse_kernels
 
 /// The workspace of F5: four fp32 [T, Mpad] partial buffers (max, sumexp, sum, target) of a kernel with CTA tile
@@ -52,8 +55,10 @@ inline LseWorkspace lse_workspace(int64_t M, int64_t V, int64_t tile_m, int64_t 
   w.slot = (static_cast<size_t>(w.tiles * w.m_pad) * sizeof(float) + 255) / 256 * 256;
   return w;
 }
-/// CTA tile of every compiled F5 kernel (the workspace size in forward_ops.cpp depends on it).
-inline constexpr int64_t kLseTileM = 128, kLseTileN = 256;
+/// The CTA tile the workspace is sized for: the smallest M and N tiles of the compiled F5 kernels (coop 128x256,
+/// pingpong 128x128), so coda_linear_rowscale_lse_workspace_size covers every kernel; a kernel with a wider N tile
+/// uses a prefix of it. The partials of a run are laid out for the kernel that ran (lse_workspace of its tile).
+inline constexpr int64_t kLseTileM = 128, kLseTileN = 128;
 
 /// F5 on bf16 tensors: h [M,K] (row stride ldh), w [V,K] (ldw), rstd [M] fp32, targets [M] int32|int64.
 /// logits: nullptr, or [M,V] bf16 with row stride ld_logits (raw, before softcap). lse, target_logit: [M] fp32.

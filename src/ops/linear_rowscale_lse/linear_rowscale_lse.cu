@@ -14,15 +14,19 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
                          float const* rstd, void const* targets, bool targets_int64, float softcap,
                          int64_t ignore_index, float* lse, float* target_logit, void* logits, int64_t ld_logits,
                          void* workspace, size_t workspace_bytes, cudaStream_t stream, float* logit_sum) {
-  // One config per variant so far: cooperative 128x256 (the LM head has a wide N and usually long K, and the
-  // wide N tile halves the partials). CODA_OP_CONFIG may still pin it (or name another config: an error).
   bool const store_logits = logits != nullptr;
-  gemm::KernelOps<LseArgs> const& k = store_logits ? lse_kernels::fwd_bf16_coop_128x256x64_c2x1()
-                                                   : lse_kernels::fwd_bf16_nologits_coop_128x256x64_c2x1();
-  gemm::KernelInfo const* const infos[] = {&k.info};
+  gemm::KernelOps<LseArgs> const* const kernels[] = {
+      store_logits ? &lse_kernels::fwd_bf16_coop_128x256x64_c2x1() : &lse_kernels::fwd_bf16_nologits_coop_128x256x64_c2x1(),
+      store_logits ? &lse_kernels::fwd_bf16_pp_128x128x64_c2x1() : &lse_kernels::fwd_bf16_nologits_pp_128x128x64_c2x1()};
+  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
   gemm::Knobs knobs{};
-  (void)pinned_config("coda_linear_rowscale_lse", infos, 1, &knobs);
-  if (k.info.tile_m != kLseTileM || k.info.tile_n != kLseTileN) {
+  int pick = pinned_config("coda_linear_rowscale_lse", infos, 2, &knobs);
+  if (pick < 0) {
+    pick = 1;  // pingpong: the exp-per-element epilogue overlaps the other warpgroup's MMA (docs/FUSED_OPS.md)
+    knobs = raster_n(8);
+  }
+  gemm::KernelOps<LseArgs> const& k = *kernels[pick];
+  if (k.info.tile_m < kLseTileM || k.info.tile_n < kLseTileN) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale_lse: kernel ", k.info.config,
                        " has a CTA tile that coda_linear_rowscale_lse_workspace_size does not cover");
   }

@@ -22,11 +22,10 @@ void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_
   gemm::Knobs knobs{};
   int pick = pinned_config("coda_linear_rowscale_rope", infos, 2, &knobs);
   if (pick < 0) {
-    // Heuristic: the qkv GEMM is narrow (N = 3072..10240), so the 128x256 cooperative tile only when it fills a
-    // wave of SMs; otherwise pingpong 128x128 (twice the tiles, and the sin/cos epilogue overlaps the next MMA).
-    int device = 0;
-    CODA_CUDA_CHECK(cudaGetDevice(&device));
-    pick = tile_count(*infos[0], M, N) >= 2 * gemm::device_sm_count(device) ? 0 : 1;
+    // Pingpong 128x128 (the sin/cos epilogue overlaps the other warpgroup's MMA), raster along N, swizzle 8:
+    // 0.98-0.99 x cuBLAS on the LLaMA qkv shapes, cooperative 128x256 1.09-1.24 x (bench/results/fused_sweep_*).
+    pick = 1;
+    knobs = raster_n(8);
   }
   if (workspace_bytes < linear_rowscale_rope_workspace_bytes(N) || workspace == nullptr ||
       (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {

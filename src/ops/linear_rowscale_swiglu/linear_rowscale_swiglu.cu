@@ -15,13 +15,11 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
   gemm::Knobs knobs{};
   int pick = pinned_config("coda_linear_rowscale_swiglu", infos, 2, &knobs);
   if (pick < 0) {
-    // Heuristic: the epilogue writes 1.5x the plain GEMM's output bytes and runs the SwiGLU math, so pingpong
-    // (one warpgroup's epilogue overlaps the other's MMA, CUTLASS_EVT.md section 6 table) unless K is long enough
-    // for the cooperative tile's mainloop to dominate.
-    int device = 0;
-    CODA_CUDA_CHECK(cudaGetDevice(&device));
-    bool const coop = K > 8192 && tile_count(*infos[0], M, N) >= gemm::device_sm_count(device);
-    pick = coop ? 0 : 1;
+    // Pingpong 128x128 (the SwiGLU epilogue, with 1.5x the plain GEMM's output bytes, overlaps the other
+    // warpgroup's MMA), raster along N, swizzle 8: 0.98-1.01 x cuBLAS on the LLaMA gate/up shapes, where the
+    // cooperative 128x256 took 1.16-1.28 x and the default raster up to 1.4 x (bench/results/fused_sweep_*).
+    pick = 1;
+    knobs = raster_n(8);
   }
   gemm::Operands op;
   op.M = M, op.N = N, op.K = K;
