@@ -154,10 +154,11 @@ TEST(NotYetBuilt, LinearRowscaleLseFp16) {
 }
 
 TEST(OpRules, LseWorkspace) {
-  // Four fp32 [ceil(V/256), round_up(M,128)] partial buffers, each rounded up to 256 bytes.
+  // Four fp32 [ceil(V/128), round_up(M,128)] partial buffers (the narrowest compiled N tile), each rounded up to
+  // 256 bytes.
   EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(M, N), size_t{4 * 512});  // T = 1, Mpad = 128
-  EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(1000, 1000), size_t{4 * 4 * 1024 * 4});
-  EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(1, 128256), size_t{4 * ((501 * 128 * 4 + 255) / 256 * 256)});
+  EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(1000, 1000), size_t{4 * 8 * 1024 * 4});
+  EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(1, 128256), size_t{4 * ((1002 * 128 * 4 + 255) / 256 * 256)});
   EXPECT_EQ(coda_linear_rowscale_lse_workspace_size(0, 1000), size_t{0});
   Lse f;
   auto& pool = f.pool;
