@@ -6,6 +6,10 @@ Usage: bench/summarize.py RESULTS.jsonl [...] [-o SUMMARY.md]
 For the gemm suite: one row per shape with cuBLAS and CODA (variant "coda": the autotuned choice) TFLOP/s, their
 ratio measured in the same run, the winning config, then the geometric mean and the minimum of the ratios.
 Per-config variants ("coda:<config>") are summarised as the best config per shape.
+For the fused suite: one row per op and shape with the cuBLAS GEMM of the same M, N, K, CODA's fused op and the
+unfused pipeline (times in ms, ratios within the run), then geometric means over the issue's set (each fused op at
+its own GEMM: F1 out/down, F3 gate/up, F4 qkv, F5 LM head). The fused_sweep suite (bench_fused --sweep) is
+summarised as the best pinned config x knobs per shape next to the default's ratio.
 """
 import argparse
 import json
@@ -60,6 +64,60 @@ def gemm_table(rows):
     return out, summary
 
 
+def gmean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def fused_table(rows):
+    shapes = OrderedDict()
+    for r in rows:
+        if r.get("suite") != "fused":
+            continue
+        key = (r["config"], r["op"], r["M"], r["N"], r["K"])
+        shapes.setdefault(key, {})[r["variant"]] = r
+    out = ["| config | op | M | N | K | cuBLAS GEMM ms | CODA ms | unfused ms | CODA/cuBLAS | unfused/CODA | peak GiB CODA / unfused |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    vs_cublas, vs_unfused = [], []
+    for key, v in shapes.items():
+        cfg, op, m, n, k = key
+        cub, coda, unf = v.get("cublas"), v.get("coda"), v.get("unfused")
+        if not (cub and coda and unf):
+            continue
+        rc, ru = coda["ms"] / cub["ms"], unf["ms"] / coda["ms"]
+        if not op.startswith("f2"):
+            vs_cublas.append(rc)
+            vs_unfused.append(ru)
+        out.append("| %s | %s | %d | %d | %d | %.4f | %.4f | %.4f | %s | %.3f | %.2f / %.2f |" % (
+            cfg, op, m, n, k, cub["ms"], coda["ms"], unf["ms"], ("**%.3f**" % rc) if rc > 1.05 else "%.3f" % rc, ru,
+            coda.get("peak_gib", 0), unf.get("peak_gib", 0)))
+    summary = []
+    if vs_cublas:
+        summary.append("Fused ops at their own GEMMs (F2 rows excluded) over %d shapes: CODA/cuBLAS-GEMM time geometric "
+                       "mean **%.3f**, max %.3f, %d shapes above 1.05; unfused/CODA speedup geometric mean %.3f "
+                       "(min %.3f, max %.3f)." % (len(vs_cublas), gmean(vs_cublas), max(vs_cublas),
+                                                 sum(1 for x in vs_cublas if x > 1.05), gmean(vs_unfused),
+                                                 min(vs_unfused), max(vs_unfused)))
+    return out, summary
+
+
+def sweep_table(rows):
+    shapes = OrderedDict()
+    for r in rows:
+        if r.get("suite") != "fused_sweep":
+            continue
+        shapes.setdefault((r["config"], r["op"], r["M"], r["N"], r["K"]), []).append(r)
+    out = ["| config | op | M | N | K | best pin | best CODA/cuBLAS | coop default | pp default |",
+           "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    for key, rs in shapes.items():
+        best = min(rs, key=lambda r: r["time_vs_cublas"])
+        by = {r["pin"]: r["time_vs_cublas"] for r in rs}
+        out.append("| %s | %s | %d | %d | %d | %s | %.3f | %s | %s |" % (
+            key + (best["pin"], best["time_vs_cublas"],
+                   "%.3f" % by["coop_128x256x64_c2x1"] if "coop_128x256x64_c2x1" in by else "-",
+                   "%.3f" % by["pp_128x128x64_c2x1"] if "pp_128x128x64_c2x1" in by else "-")))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("inputs", nargs="+")
@@ -78,6 +136,20 @@ def main():
         lines.append("## Plain GEMM (suite gemm)")
         lines.append("")
         lines.extend(summary)
+        lines.append("")
+        lines.extend(table)
+        lines.append("")
+    table, summary = fused_table(rows)
+    if len(table) > 2:
+        lines.append("## Fused forward ops (suite fused)")
+        lines.append("")
+        lines.extend(summary)
+        lines.append("")
+        lines.extend(table)
+        lines.append("")
+    table = sweep_table(rows)
+    if len(table) > 2:
+        lines.append("## Config x knob sweep (suite fused_sweep)")
         lines.append("")
         lines.extend(table)
         lines.append("")

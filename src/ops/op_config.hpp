@@ -16,7 +16,7 @@ namespace coda::ops {
 int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count, gemm::Knobs* knobs = nullptr);
 
 /// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused
-/// kernels on the LLaMA shapes (bench/results/fused_sweep_*: the default heuristic raster lost up to 25 %).
+/// kernels on the LLaMA shapes (bench/results/fused_h200_*: the default heuristic raster lost up to 25 %).
 gemm::Knobs raster_n(int swizzle);
 
 /// Output tiles of a kernel's CTA tile on an M x N output.

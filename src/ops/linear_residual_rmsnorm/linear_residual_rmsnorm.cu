@@ -30,9 +30,9 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   if (pick < 0) {
     // Pingpong 128x128 (one warpgroup's epilogue, with its C load, two stores and row reduction, overlaps the
     // other's MMA) with raster along N: best or within 3 % of the best config x knobs at every LLaMA shape of the
-    // sweep (bench/results/fused_sweep_*); the long-K down-projection keeps the default raster (measured better).
+    // sweep (bench/results/fused_h200_*); the long-K down-projection keeps the default raster (measured better).
     pick = 1;
-    if (K <= 2 * N) knobs = raster_n(4);
+    if (K <= 2 * N) knobs = raster_n(1);
   }
   gemm::KernelOps<ResidualRmsnormArgs> const& k = *kernels[pick];
 

@@ -14,7 +14,7 @@ void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh
   gemm::Knobs knobs{};
   int pick = pinned_config("coda_linear_rowscale", infos, 2, &knobs);
   if (pick < 0) {
-    // Pingpong 128x128, raster along N (bench/results/fused_sweep_*: 0.92-1.00 x cuBLAS on the LLaMA shapes).
+    // Pingpong 128x128, raster along N (bench/results/fused_h200_*: 0.92-1.00 x cuBLAS on the LLaMA shapes).
     pick = 1;
     knobs = raster_n(N >= 16384 ? 8 : 4);
   }

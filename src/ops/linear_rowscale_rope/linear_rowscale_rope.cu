@@ -23,7 +23,7 @@ void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_
   int pick = pinned_config("coda_linear_rowscale_rope", infos, 2, &knobs);
   if (pick < 0) {
     // Pingpong 128x128 (the sin/cos epilogue overlaps the other warpgroup's MMA), raster along N, swizzle 8:
-    // 0.98-0.99 x cuBLAS on the LLaMA qkv shapes, cooperative 128x256 1.09-1.24 x (bench/results/fused_sweep_*).
+    // 0.98-0.99 x cuBLAS on the LLaMA qkv shapes, cooperative 128x256 1.09-1.24 x (bench/results/fused_h200_*).
     pick = 1;
     knobs = raster_n(8);
   }
