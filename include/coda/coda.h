@@ -118,7 +118,11 @@ CODA_API size_t coda_linear_rowscale_workspace_size(int64_t M, int64_t N);
  * F3: gate/up projection with SwiGLU, weights interleaved (rows g0,u0,g1,u1,...; coda_interleave_gate_up).
  *   z = diag(rstd) (h w_gu^T)   [M,2F] (saved for backward)
  *   y[m,i] = silu(z[m,2i]) * z[m,2i+1]   [M,F]
- * \param h [M,K] bf16|fp16. \param w_gu [2F,K] same dtype, interleaved. \param rstd [M] fp32.
+ * z and y are both computed from the fp32 z (rstd * accumulator) and rounded once each; silu uses the fast exp
+ * (relative error ~1e-6, far below the output rounding). One fused GEMM launch, no workspace (workspace may be
+ * NULL). Deterministic. z_out and y_out must not overlap each other or an input.
+ * \param h [M,K] bf16 (fp16: CODA_ERROR_NOT_IMPLEMENTED, kernels not built yet). \param w_gu [2F,K] same dtype,
+ *        interleaved; 2F a multiple of 16. \param rstd [M] fp32.
  * \param z_out [M,2F] same dtype. \param y_out [M,F] same dtype (F multiple of 8).
  */
 CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const coda_tensor* w_gu,
@@ -131,10 +135,18 @@ CODA_API size_t coda_linear_rowscale_swiglu_workspace_size(int64_t M, int64_t N)
  * rows paired per head (coda_pair_rope_rows). For q and k, pair i of a head at row m, theta = pos[m]*inv_freq[i]:
  *   out[2i] = z[2i] cos(theta) - z[2i+1] sin(theta);  out[2i+1] = z[2i+1] cos(theta) + z[2i] sin(theta)
  * with z = diag(rstd) (h w_qkv^T); v passes through.
- * \param h [M,K] bf16|fp16. \param w_qkv [(Hq+2*Hkv)*head_dim, K] same dtype. \param rstd [M] fp32.
- * \param positions [M] int32 (any values >= 0, e.g. packed sequences). \param inv_freq [head_dim/2] fp32.
+ * Angles are accurate at large positions: theta = pos * inv_freq is formed exactly (float-float) and reduced by
+ * 2 pi in extended precision before a hardware sin/cos, so the angle error stays below 1e-6 rad for positions
+ * below 2^24 (a plain float angle is off by up to 4e-3 rad at 1e5); each output element is rounded once from fp32.
+ * v columns are R(rstd * acc), not rotated. Launches a tiny kernel (inv_freq expanded per column into the
+ * workspace), then one fused GEMM. Deterministic.
+ * \param h [M,K] bf16 (fp16: CODA_ERROR_NOT_IMPLEMENTED, kernels not built yet). \param w_qkv
+ *        [(Hq+2*Hkv)*head_dim, K] same dtype. \param rstd [M] fp32.
+ * \param positions [M] int32, 0 <= pos < 2^24 (packed sequences: any order). \param inv_freq [head_dim/2] fp32
+ *        (any frequencies: Llama-3.1 / YaRN scaling is the caller's choice).
  * \param n_q_heads >= 1; \param n_kv_heads >= 1, divides n_q_heads; \param head_dim 64 or 128.
  * \param qkv_out [M,(Hq+2*Hkv)*head_dim] same dtype.
+ * Workspace: coda_linear_rowscale_rope_workspace_size(M, N) bytes (N floats, 256-byte rounded; 0 for M == 0).
  */
 CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_tensor* w_qkv,
                                                const coda_tensor* rstd, const coda_tensor* positions,

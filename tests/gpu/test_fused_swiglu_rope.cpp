@@ -3,7 +3,8 @@
 // default path. Outputs carry poisoned (NaN) row padding that must stay untouched and are poisoned before each run
 // (so every element must be written), every call runs twice and must be bit-identical. Also the node-level checks
 // of src/epilogue/pair_store.hpp (y against the node's host reference, element by element) and of the RoPE
-// functor at large positions. `FusedSwigluRopeSanitize.*` are the small cases for compute-sanitizer.
+// functor of src/epilogue/rope_pair.hpp (every pair against its host reference). `FusedSwigluRopeSanitize.*` are
+// the small cases for compute-sanitizer.
 // Every test skips without an sm_90 GPU.
 #include <coda/coda.h>
 #include <gtest/gtest.h>
@@ -216,7 +217,9 @@ void run_rope(RopeData const& d, char const* config, std::vector<uint16_t>& out)
   }
 }
 
-void check_rope(RopeData const& d, char const* config, bool print) {
+void check_rope_functor(RopeData const& d, std::vector<uint16_t> const& q_bits);
+
+void check_rope(RopeData const& d, char const* config, bool print, bool functor_check = false) {
   std::string const what = "F4 " + d.c.name() + " " + config_name(config);
   SCOPED_TRACE(what);
   std::vector<uint16_t> q;
@@ -236,6 +239,44 @@ void check_rope(RopeData const& d, char const* config, bool print) {
     }
   }
   EXPECT_LE(worst, 1.0 / 128) << "v columns are not passed through";
+  if (functor_check) check_rope_functor(d, q);
+}
+
+/// Functor-level check of RopeRowscale (src/epilogue/rope_pair.hpp): every q/k pair against the functor's host
+/// reference rope_pair_reference on the exact accumulator, v columns against rstd * acc; within one bf16 rounding
+/// of the pair's magnitude plus the fp32 GEMM error. A wrong pair, column frequency or row position is off by
+/// O(|z|).
+void check_rope_functor(RopeData const& d, std::vector<uint16_t> const& q_bits) {
+  RopeCase const& c = d.c;
+  int64_t const N = c.heads.width(), rot = c.heads.rotated_width(), hd = c.heads.head_dim;
+  Matrix const acc = linear(d.h, d.w);  // exact h w^T
+  Matrix const q = matrix_from_bits(q_bits.data(), c.M, N, kDt);
+  int64_t bad = 0;
+  auto expect_near = [&](int64_t m, int64_t n, double want, double scale) {
+    double const tol = scale / 128.0 + 1e-4 * (1.0 + scale);
+    if (!(std::fabs(q(m, n) - want) <= tol) && bad++ < 5) {
+      ADD_FAILURE() << "RopeRowscale qkv[" << m << "," << n << "] = " << q(m, n) << ", functor reference " << want;
+    }
+  };
+  for (int64_t m = 0; m < c.M; ++m) {
+    for (int64_t n = 0; n < N; n += 2) {
+      if (n < rot) {
+        float const f = static_cast<float>(d.inv_freq[static_cast<size_t>((n % hd) / 2)]);
+        double o0 = 0, o1 = 0;
+        coda::epilogue::rope_pair_reference(acc(m, n), acc(m, n + 1), d.rstd[static_cast<size_t>(m)],
+                                            d.pos[static_cast<size_t>(m)], f, &o0, &o1);
+        double const scale = std::hypot(o0, o1);
+        expect_near(m, n, o0, scale);
+        expect_near(m, n + 1, o1, scale);
+      } else {
+        for (int64_t j = n; j < n + 2; ++j) {
+          double const v = d.rstd[static_cast<size_t>(m)] * acc(m, j);
+          expect_near(m, j, v, std::fabs(v));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "RopeRowscale elements off the functor reference";
 }
 
 void rope_cases(std::vector<RopeCase> const& cases) {
@@ -315,7 +356,7 @@ TEST(FusedSwigluRopeSanitize, SwigluSmall) {
 TEST(FusedSwigluRopeSanitize, RopeSmall) {
   CODA_REQUIRE_SM90();
   RopeData const d = make_rope({264, 200, RopeHeads{4, 2, 64}, 70000}, 22);
-  for (char const* config : kFusedConfigs) check_rope(d, config, false);
+  for (char const* config : kFusedConfigs) check_rope(d, config, false, config == nullptr);
 }
 
 }  // namespace

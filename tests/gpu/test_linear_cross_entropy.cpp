@@ -37,7 +37,8 @@ struct Case {
   double ignore_fraction = 0.1;
   std::string name() const {
     return "M=" + std::to_string(M) + " V=" + std::to_string(V) + " K=" + std::to_string(K) +
-           " red=" + std::to_string(static_cast<int>(options.reduction)) + " ls=" + std::to_string(options.label_smoothing) +
+           " red=" + std::to_string(static_cast<int>(options.reduction)) +
+           " ls=" + std::to_string(options.label_smoothing) +
            " z=" + std::to_string(options.z_loss) + " cap=" + std::to_string(options.softcap) +
            " ignore=" + std::to_string(options.ignore_index) + " chunk=" + std::to_string(chunk_rows) +
            (int64_targets ? " int64" : " int32");

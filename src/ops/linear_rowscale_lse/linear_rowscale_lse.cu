@@ -15,9 +15,11 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
                          int64_t ignore_index, float* lse, float* target_logit, void* logits, int64_t ld_logits,
                          void* workspace, size_t workspace_bytes, cudaStream_t stream, float* logit_sum) {
   bool const store_logits = logits != nullptr;
+  using lse_kernels::fwd_bf16_coop_128x256x64_c2x1, lse_kernels::fwd_bf16_nologits_coop_128x256x64_c2x1;
+  using lse_kernels::fwd_bf16_pp_128x128x64_c2x1, lse_kernels::fwd_bf16_nologits_pp_128x128x64_c2x1;
   gemm::KernelOps<LseArgs> const* const kernels[] = {
-      store_logits ? &lse_kernels::fwd_bf16_coop_128x256x64_c2x1() : &lse_kernels::fwd_bf16_nologits_coop_128x256x64_c2x1(),
-      store_logits ? &lse_kernels::fwd_bf16_pp_128x128x64_c2x1() : &lse_kernels::fwd_bf16_nologits_pp_128x128x64_c2x1()};
+      store_logits ? &fwd_bf16_coop_128x256x64_c2x1() : &fwd_bf16_nologits_coop_128x256x64_c2x1(),
+      store_logits ? &fwd_bf16_pp_128x128x64_c2x1() : &fwd_bf16_nologits_pp_128x128x64_c2x1()};
   gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
   gemm::Knobs knobs{};
   int pick = pinned_config("coda_linear_rowscale_lse", infos, 2, &knobs);
