@@ -66,7 +66,8 @@ CODA_API coda_status coda_device_supported(int device, int* supported, int* majo
  *   rstd[m] = 1 / sqrt(mean_n x[m,n]^2 + eps)   (from per-tile partial sums of squares, finished deterministically)
  * h and the sums of squares use x in fp32 (GEMM accumulator + residual) before x_out is rounded to the dtype, so
  * rstd and h match the fp32 x, not bit for bit the stored x. One fused GEMM launch + the rmsnorm_rstd reduce.
- * Kernels: bf16 (fp16 passes validation and returns CODA_ERROR_NOT_IMPLEMENTED: no fp16 kernel is built yet).
+ * Kernels: bf16; fp16 kernels are compiled but return CODA_ERROR_NOT_IMPLEMENTED after validation until verified
+ * on a GPU (CODA_EXPERIMENTAL_FP16=1 enables them).
  * \param a         [M,K] bf16|fp16, row-major.
  * \param w         [N,K] same dtype, row-major (nn.Linear weight).
  * \param residual  [M,N] same dtype. May alias x_out (in-place residual update); must not alias h_out.
@@ -105,7 +106,8 @@ CODA_API coda_status coda_rmsnorm_prepare(const coda_tensor* x, const coda_tenso
 
 /**
  * F2: y = diag(rstd) (h w^T) — the second half of RMSNorm-then-linear (rstd * accumulator in fp32, rounded once).
- * Kernels: bf16 (fp16 returns CODA_ERROR_NOT_IMPLEMENTED after validation: not built yet).
+ * Kernels: bf16; fp16 kernels are compiled but return CODA_ERROR_NOT_IMPLEMENTED after validation until verified
+ * on a GPU (CODA_EXPERIMENTAL_FP16=1 enables them).
  * \param h [M,K] bf16|fp16 row-major. \param w [N,K] same dtype. \param rstd [M] fp32.
  * \param y_out [M,N] same dtype.
  */
@@ -121,7 +123,7 @@ CODA_API size_t coda_linear_rowscale_workspace_size(int64_t M, int64_t N);
  * z and y are both computed from the fp32 z (rstd * accumulator) and rounded once each; silu uses the fast exp
  * (relative error ~1e-6, far below the output rounding). One fused GEMM launch, no workspace (workspace may be
  * NULL). Deterministic. z_out and y_out must not overlap each other or an input.
- * \param h [M,K] bf16 (fp16: CODA_ERROR_NOT_IMPLEMENTED, kernels not built yet). \param w_gu [2F,K] same dtype,
+ * \param h [M,K] bf16 (fp16: gated as for coda_linear_rowscale). \param w_gu [2F,K] same dtype,
  *        interleaved; 2F a multiple of 16. \param rstd [M] fp32.
  * \param z_out [M,2F] same dtype. \param y_out [M,F] same dtype (F multiple of 8).
  */
@@ -140,7 +142,7 @@ CODA_API size_t coda_linear_rowscale_swiglu_workspace_size(int64_t M, int64_t N)
  * below 2^24 (a plain float angle is off by up to 4e-3 rad at 1e5); each output element is rounded once from fp32.
  * v columns are R(rstd * acc), not rotated. Launches a tiny kernel (inv_freq expanded per column into the
  * workspace), then one fused GEMM. Deterministic.
- * \param h [M,K] bf16 (fp16: CODA_ERROR_NOT_IMPLEMENTED, kernels not built yet). \param w_qkv
+ * \param h [M,K] bf16 (fp16: gated as for coda_linear_rowscale). \param w_qkv
  *        [(Hq+2*Hkv)*head_dim, K] same dtype. \param rstd [M] fp32.
  * \param positions [M] int32, 0 <= pos < 2^24 (packed sequences: any order). \param inv_freq [head_dim/2] fp32
  *        (any frequencies: Llama-3.1 / YaRN scaling is the caller's choice).
@@ -166,7 +168,7 @@ CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N);
  * same inputs, same bits. lse is computed for every row, ignored ones included; target_logit is the capped value.
  * A target outside [0,V) that is not ignore_index is reported without a host sync: that row's lse and
  * target_logit are NaN (as in coda_cross_entropy). M == 0: nothing is launched.
- * Kernels: bf16 (fp16 passes validation and returns CODA_ERROR_NOT_IMPLEMENTED: not built yet).
+ * Kernels: bf16; fp16 gated as for coda_linear_rowscale.
  * \param h [M,K] bf16|fp16. \param w [V,K] same dtype. \param rstd [M] fp32.
  * \param targets [M] int32|int64; values in [0,V) or ignore_index.
  * \param softcap >= 0 (0 = off). \param ignore_index any value.
@@ -225,7 +227,7 @@ CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V);
  * Statistics in fp32 (lse merged across tiles in double); the logits themselves are never rounded to bf16.
  * A target outside [0,V) that is not ignore_index makes that row's loss NaN (and a mean/sum loss NaN), without a
  * host sync. M == 0: nothing is launched; loss_out is 0 for mean/sum.
- * \param h [M,K] bf16 (fp16: CODA_ERROR_NOT_IMPLEMENTED). \param w [V,K] same dtype. \param rstd [M] fp32.
+ * \param h [M,K] bf16 (fp16: gated as for coda_linear_rowscale). \param w [V,K] same dtype. \param rstd [M] fp32.
  * \param targets [M] int32|int64. \param options NULL for coda_ce_options_default().
  * \param chunk_rows rows per fused GEMM, >= 1, or 0 for the default (8192: each chunk's GEMM stays large).
  * \param loss_out [] fp32 for mean/sum, [M] fp32 for none.

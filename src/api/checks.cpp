@@ -1,6 +1,8 @@
 #include "api/checks.hpp"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace coda::api {
 
@@ -73,6 +75,16 @@ void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source) {
     fail(CODA_ERROR_SHAPE, loss.name, ": must be a scalar (rank 0) for reduction mean/sum, got shape ",
          shape_string(*loss.t));
   }
+}
+
+bool fused_fp16(char const* op, Arg like) {
+  if (like.dtype() != CODA_FP16) return false;
+  char const* gate = std::getenv("CODA_EXPERIMENTAL_FP16");
+  if (gate == nullptr || std::string(gate) != "1") {
+    fail(CODA_ERROR_NOT_IMPLEMENTED, op, ": the fp16 kernels are compiled but not yet verified on a GPU; set ",
+         "CODA_EXPERIMENTAL_FP16=1 to use them (bf16 is supported)");
+  }
+  return true;
 }
 
 void check_eps(float eps) {

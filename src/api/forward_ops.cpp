@@ -30,13 +30,6 @@ api::LinearShape check_rowscale_inputs(Arg h, Arg w, Arg rstd) {
 // Row stride of a validated row-major [rows, cols] tensor (a single row may carry any stride).
 int64_t row_stride(Arg t, int64_t cols) { return t.size(0) > 1 ? t.stride(0) : cols; }
 
-// The fused GEMM kernels are compiled for bf16 only (docs/FUSED_OPS.md); fp16 passes validation and stops here.
-void require_bf16_kernels(char const* op, Arg like) {
-  if (like.dtype() != CODA_BF16) {
-    fail(CODA_ERROR_NOT_IMPLEMENTED, op, ": fp16 kernels not built yet (bf16 only in this build)");
-  }
-}
-
 }  // namespace
 
 extern "C" {
@@ -65,13 +58,13 @@ CODA_API coda_status coda_linear_residual_rmsnorm(const coda_tensor* a, const co
     api::require_workspace("coda_linear_residual_rmsnorm", workspace, workspace_bytes,
                            coda_linear_residual_rmsnorm_workspace_size(s.M, s.N));
     int const device = api::require_same_device({A, W, R, G, X, H, S});
-    require_bf16_kernels("coda_linear_residual_rmsnorm", A);
+    bool const fp16 = api::fused_fp16("coda_linear_residual_rmsnorm", A);
     api::require_kernel_device(device, {A, W, R, G, X, H, S});
     if (s.M == 0) return;
     coda::ops::linear_residual_rmsnorm(s.M, s.N, s.K, a->data, row_stride(A, s.K), w->data, row_stride(W, s.K),
                                        residual->data, row_stride(R, s.N), gamma->data, eps, x_out->data,
                                        row_stride(X, s.N), h_out->data, row_stride(H, s.N),
-                                       static_cast<float*>(rstd_out->data), workspace, workspace_bytes,
+                                       static_cast<float*>(rstd_out->data), workspace, workspace_bytes, fp16,
                                        static_cast<cudaStream_t>(stream));
   });
 }
@@ -150,11 +143,11 @@ CODA_API coda_status coda_linear_rowscale(const coda_tensor* h, const coda_tenso
     api::require_workspace("coda_linear_rowscale", workspace, workspace_bytes,
                            coda_linear_rowscale_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, Y});
-    require_bf16_kernels("coda_linear_rowscale", Hh);
+    bool const fp16 = api::fused_fp16("coda_linear_rowscale", Hh);
     api::require_kernel_device(device, {Hh, W, S, Y});
     if (s.M == 0) return;
     coda::ops::linear_rowscale(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
-                               static_cast<float const*>(rstd->data), y_out->data, row_stride(Y, s.N),
+                               static_cast<float const*>(rstd->data), y_out->data, row_stride(Y, s.N), fp16,
                                static_cast<cudaStream_t>(stream));
   });
 }
@@ -177,12 +170,12 @@ CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const cod
     api::require_workspace("coda_linear_rowscale_swiglu", workspace, workspace_bytes,
                            coda_linear_rowscale_swiglu_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, Z, Y});
-    require_bf16_kernels("coda_linear_rowscale_swiglu", Hh);
+    bool const fp16 = api::fused_fp16("coda_linear_rowscale_swiglu", Hh);
     api::require_kernel_device(device, {Hh, W, S, Z, Y});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_swiglu(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_gu->data, row_stride(W, s.K),
                                       static_cast<float const*>(rstd->data), z_out->data, row_stride(Z, s.N),
-                                      y_out->data, row_stride(Y, s.N / 2), static_cast<cudaStream_t>(stream));
+                                      y_out->data, row_stride(Y, s.N / 2), fp16, static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -207,14 +200,14 @@ CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_
     api::require_workspace("coda_linear_rowscale_rope", workspace, workspace_bytes,
                            coda_linear_rowscale_rope_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, P, F, Q});
-    require_bf16_kernels("coda_linear_rowscale_rope", Hh);
+    bool const fp16 = api::fused_fp16("coda_linear_rowscale_rope", Hh);
     api::require_kernel_device(device, {Hh, W, S, P, F, Q});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_rope(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_qkv->data, row_stride(W, s.K),
                                     static_cast<float const*>(rstd->data),
                                     static_cast<int32_t const*>(positions->data),
                                     static_cast<float const*>(inv_freq->data), n_q_heads, n_kv_heads, head_dim,
-                                    qkv_out->data, row_stride(Q, s.N), workspace, workspace_bytes,
+                                    qkv_out->data, row_stride(Q, s.N), workspace, workspace_bytes, fp16,
                                     static_cast<cudaStream_t>(stream));
   });
 }
@@ -245,7 +238,7 @@ CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_t
     api::require_workspace("coda_linear_rowscale_lse", workspace, workspace_bytes,
                            coda_linear_rowscale_lse_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, T, L, TL, LG});
-    require_bf16_kernels("coda_linear_rowscale_lse", Hh);
+    bool const fp16 = api::fused_fp16("coda_linear_rowscale_lse", Hh);
     api::require_kernel_device(device, {Hh, W, S, T, L, TL, LG});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_lse(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
@@ -253,7 +246,7 @@ CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_t
                                    softcap, ignore_index, static_cast<float*>(lse_out->data),
                                    static_cast<float*>(target_logit_out->data),
                                    logits_out != nullptr ? logits_out->data : nullptr,
-                                   logits_out != nullptr ? row_stride(LG, s.N) : 0, workspace, workspace_bytes,
+                                   logits_out != nullptr ? row_stride(LG, s.N) : 0, workspace, workspace_bytes, fp16,
                                    static_cast<cudaStream_t>(stream));
   });
 }

@@ -39,9 +39,7 @@ CODA_API coda_status coda_linear_cross_entropy(const coda_tensor* h, const coda_
     api::require_workspace("coda_linear_cross_entropy", workspace, workspace_bytes,
                            coda_linear_cross_entropy_workspace_size(s.M, s.N, chunk_rows));
     int const device = api::require_same_device({Hh, W, S, T, L, LS});
-    if (Hh.dtype() != CODA_BF16) {
-      fail(CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_cross_entropy: fp16 kernels not built yet (bf16 only in this build)");
-    }
+    bool const fp16 = api::fused_fp16("coda_linear_cross_entropy", Hh);
     api::require_kernel_device(device, {Hh, W, S, T, L, LS});
     auto const st = static_cast<cudaStream_t>(stream);
     if (s.M == 0) {
@@ -57,6 +55,7 @@ CODA_API coda_status coda_linear_cross_entropy(const coda_tensor* h, const coda_
     a.targets = targets->data;
     a.targets_int64 = T.dtype() == CODA_INT64;
     a.options = o;
+    a.fp16 = fp16;
     a.chunk_rows = chunk_rows;
     a.loss = static_cast<float*>(loss_out->data);
     a.lse = lse_out != nullptr ? static_cast<float*>(lse_out->data) : nullptr;

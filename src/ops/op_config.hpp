@@ -15,6 +15,30 @@ namespace coda::ops {
 /// fallback. Read on every call, so tests and benchmarks can switch it with setenv.
 int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count, gemm::Knobs* knobs = nullptr);
 
+/// The kernel a fused op runs: the pinned one (CODA_OP_CONFIG) or the op's default, and its scheduler knobs.
+template <class Args>
+struct KernelChoice {
+  gemm::KernelOps<Args> const* ops = nullptr;
+  gemm::Knobs knobs;    ///< the pinned knobs, or the defaults (the op sets its own when !pinned)
+  bool pinned = false;  ///< CODA_OP_CONFIG named the config
+};
+
+/// Every fused op compiles bf16 {coop_128x256x64_c2x1, pp_128x128x64_c2x1} and fp16 {pp_128x128x64_c2x1}. Returns
+/// the pinned kernel among those of the dtype, else the pingpong one (the default of every op, docs/FUSED_OPS.md
+/// "Dispatch").
+template <class Args>
+KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_coop,
+                                 gemm::KernelOps<Args> const& bf16_pp, gemm::KernelOps<Args> const& fp16_pp) {
+  gemm::KernelOps<Args> const* const all[] = {&bf16_coop, &bf16_pp, &fp16_pp};
+  gemm::KernelInfo const* const infos[] = {&all[0]->info, &all[1]->info, &all[2]->info};
+  int const first = fp16 ? 2 : 0, count = fp16 ? 1 : 2;
+  KernelChoice<Args> c;
+  int const pick = pinned_config(op, infos + first, count, &c.knobs);
+  c.pinned = pick >= 0;
+  c.ops = all[first + (c.pinned ? pick : count - 1)];
+  return c;
+}
+
 /// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused
 /// kernels on the LLaMA shapes (bench/results/fused_h200_*: the default heuristic raster lost up to 25 %).
 gemm::Knobs raster_n(int swizzle);

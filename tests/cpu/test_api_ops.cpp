@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -37,7 +38,7 @@ TEST(NotYetBuilt, LinearRowscaleSwigluFp16) {
   auto& pool = f.pool;
   coda_tensor z = pool.make(CODA_FP16, {M, N}), y = pool.make(CODA_FP16, {M, N / 2});
   EXPECT_REJECTED(coda_linear_rowscale_swiglu(&f.h, &f.w, &f.rstd, &z, &y, f.ws, f.ws_bytes, nullptr),
-                  CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_rowscale_swiglu", "fp16 kernels not built yet");
+                  CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_rowscale_swiglu", "CODA_EXPERIMENTAL_FP16");
 }
 
 TEST(DeviceStage, LinearRowscaleSwiglu) {
@@ -103,6 +104,20 @@ struct LinearCe {
   }
 };
 
+// The fp16 kernels are gated until verified on a GPU: with the gate open, valid fp16 arguments reach the device.
+TEST(DeviceStage, Fp16BehindTheExperimentalGate) {
+  setenv("CODA_EXPERIMENTAL_FP16", "1", 1);
+  RowScale f;
+  auto& pool = f.pool;
+  coda_tensor y = pool.make(CODA_FP16, {M, N});
+  EXPECT_DEVICE_STAGE(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), "h:");
+  coda_tensor z = pool.make(CODA_FP16, {M, N}), yh = pool.make(CODA_FP16, {M, N / 2});
+  EXPECT_DEVICE_STAGE(coda_linear_rowscale_swiglu(&f.h, &f.w, &f.rstd, &z, &yh, f.ws, f.ws_bytes, nullptr), "h:");
+  unsetenv("CODA_EXPERIMENTAL_FP16");
+  EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), CODA_ERROR_NOT_IMPLEMENTED,
+                  "coda_linear_rowscale", "CODA_EXPERIMENTAL_FP16");
+}
+
 TEST(DeviceStage, LinearCrossEntropy) {
   LinearCe f;
   auto& pool = f.pool;
@@ -150,7 +165,7 @@ TEST(NotYetBuilt, LinearRowscaleLseFp16) {
   auto& pool = f.pool;
   f.h = pool.make(CODA_FP16, {M, K});
   f.w = pool.make(CODA_FP16, {N, K});
-  EXPECT_REJECTED(f.call(), CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_rowscale_lse", "fp16 kernels not built yet");
+  EXPECT_REJECTED(f.call(), CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_rowscale_lse", "CODA_EXPERIMENTAL_FP16");
 }
 
 TEST(OpRules, LseWorkspace) {
@@ -223,7 +238,7 @@ TEST(NotYetBuilt, LinearResidualRmsnormFp16) {
   coda_tensor x = pool.make(CODA_FP16, {M, N}), h = pool.make(CODA_FP16, {M, N}), s = pool.make(CODA_FP32, {M});
   size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(M, N);
   EXPECT_REJECTED(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &x, &h, &s, pool.bytes(wsb), wsb, nullptr),
-                  CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_residual_rmsnorm", "fp16 kernels not built yet");
+                  CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_residual_rmsnorm", "CODA_EXPERIMENTAL_FP16");
 }
 
 TEST(DeviceStage, LinearRowscale) {
@@ -238,7 +253,7 @@ TEST(NotYetBuilt, LinearRowscaleFp16) {
   auto& pool = f.pool;
   coda_tensor y = pool.make(CODA_FP16, {M, N});
   EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), CODA_ERROR_NOT_IMPLEMENTED,
-                  "coda_linear_rowscale", "fp16 kernels not built yet");
+                  "coda_linear_rowscale", "CODA_EXPERIMENTAL_FP16");
 }
 
 TEST(DeviceStage, CrossEntropy) {

@@ -1,14 +1,46 @@
 // Shared helpers of the fused-op GPU tests: config pinning (CODA_OP_CONFIG), problem shapes, buffer sizes.
 #pragma once
 
+#include <coda/types.h>
+
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <string>
+#include <vector>
 
 namespace coda::test {
 
 /// The mainloop configs every fused forward op compiles, plus nullptr = the default path (CODA_OP_CONFIG unset).
 inline char const* const kFusedConfigs[] = {"coop_128x256x64_c2x1", "pp_128x128x64_c2x1", nullptr};
+
+/// fp16 is compiled in one config (pingpong 128x128); nullptr = the default path.
+inline char const* const kFp16Configs[] = {"pp_128x128x64_c2x1", nullptr};
+
+/// The compiled configs of a dtype (bf16: cooperative and pingpong; fp16: pingpong) plus the default path.
+inline std::vector<char const*> fused_configs(coda_dtype dtype) {
+  if (dtype == CODA_FP16) return {std::begin(kFp16Configs), std::end(kFp16Configs)};
+  return {std::begin(kFusedConfigs), std::end(kFusedConfigs)};
+}
+
+/// Switches a test file's dtype variable to fp16 and opens the experimental fp16 gate (CODA_EXPERIMENTAL_FP16=1)
+/// for the object's lifetime; restores bf16 and closes the gate after.
+class UseFp16 {
+ public:
+  explicit UseFp16(coda_dtype& dtype) : dtype_(dtype) {
+    dtype_ = CODA_FP16;
+    setenv("CODA_EXPERIMENTAL_FP16", "1", 1);
+  }
+  ~UseFp16() {
+    dtype_ = CODA_BF16;
+    unsetenv("CODA_EXPERIMENTAL_FP16");
+  }
+  UseFp16(UseFp16 const&) = delete;
+  UseFp16& operator=(UseFp16 const&) = delete;
+
+ private:
+  coda_dtype& dtype_;
+};
 
 inline std::string config_name(char const* config) { return config != nullptr ? config : "default"; }
 

@@ -31,9 +31,8 @@ using coda::test::bytes16;
 using coda::test::config_name;
 using coda::test::PinConfig;
 using coda::test::Shape;
-constexpr auto& kConfigs = coda::test::kFusedConfigs;
 
-constexpr coda_dtype kDt = CODA_BF16;
+coda_dtype g_dt = CODA_BF16;  // bf16, or fp16 inside a UseFp16 scope
 constexpr int64_t kPad = 8;  // extra (poisoned) elements per output row
 
 // ---- F2: coda_linear_rowscale -------------------------------------------------------------------------------------
@@ -49,12 +48,12 @@ RowscaleData make_rowscale(Shape s, uint64_t seed) {
   RowscaleData d;
   d.s = s;
   Rng rng(seed);
-  d.h = round_to(random_normal(s.M, s.K, 0.0, 4.0, rng), kDt);  // x * gamma: residual-stream scale
-  d.w = round_to(random_weight(s.N, s.K, rng), kDt);
+  d.h = round_to(random_normal(s.M, s.K, 0.0, 4.0, rng), g_dt);  // x * gamma: residual-stream scale
+  d.w = round_to(random_weight(s.N, s.K, rng), g_dt);
   d.rstd = random_normal(1, s.M, 0.25, 0.05, rng).data;
   for (double& r : d.rstd) r = round_to(std::fabs(r) + 0.05, CODA_FP32);
   d.ref = linear_rowscale(d.h, d.w, d.rstd);
-  d.unf = linear_rowscale_unfused(d.h, d.w, d.rstd, kDt);
+  d.unf = linear_rowscale_unfused(d.h, d.w, d.rstd, g_dt);
   return d;
 }
 
@@ -64,14 +63,14 @@ void run_rowscale(RowscaleData const& d, char const* config, std::vector<uint16_
   int64_t const ldy = s.N + kPad;
   DeviceBuffer dh(bytes16(s.M, s.K)), dw(bytes16(s.N, s.K)), dr(static_cast<size_t>(s.M) * 4 + 16);
   DeviceBuffer dy(bytes16(s.M, ldy));
-  dh.upload(to_bits(d.h, kDt));
-  dw.upload(to_bits(d.w, kDt));
+  dh.upload(to_bits(d.h, g_dt));
+  dw.upload(to_bits(d.w, g_dt));
   std::vector<float> rstd_f(d.rstd.begin(), d.rstd.end());
   dr.upload(rstd_f);
-  coda_tensor th = strided_tensor(dh.get(), kDt, s.M, s.K, s.K);
-  coda_tensor tw = strided_tensor(dw.get(), kDt, s.N, s.K, s.K);
+  coda_tensor th = strided_tensor(dh.get(), g_dt, s.M, s.K, s.K);
+  coda_tensor tw = strided_tensor(dw.get(), g_dt, s.N, s.K, s.K);
   coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {s.M});
-  coda_tensor ty = strided_tensor(dy.get(), kDt, s.M, s.N, ldy);
+  coda_tensor ty = strided_tensor(dy.get(), g_dt, s.M, s.N, ldy);
   PinConfig const pin(config);
   std::vector<uint16_t> first;
   for (int rep = 0; rep < 2; ++rep) {
@@ -90,18 +89,19 @@ void run_rowscale(RowscaleData const& d, char const* config, std::vector<uint16_
 }
 
 void check_rowscale(RowscaleData const& d, char const* config, bool print) {
-  std::string const what = "F2 " + d.s.name() + " " + config_name(config);
+  std::string const what =
+      std::string("F2 ") + coda::test::dtype_name(g_dt) + " " + d.s.name() + " " + config_name(config);
   SCOPED_TRACE(what);
   std::vector<uint16_t> y;
   ASSERT_NO_FATAL_FAILURE(run_rowscale(d, config, y));
-  Matrix const yc = matrix_from_bits(y.data(), d.s.M, d.s.N, kDt);
+  Matrix const yc = matrix_from_bits(y.data(), d.s.M, d.s.N, g_dt);
   EXPECT_TRUE(Accepted(what + " y", acceptance(yc, d.unf, d.ref), print));
 }
 
 void rowscale_shapes(std::vector<Shape> const& shapes) {
   for (Shape const& s : shapes) {
     RowscaleData const d = make_rowscale(s, static_cast<uint64_t>(s.M * 1009 + s.N * 31 + s.K));
-    for (char const* config : kConfigs) check_rowscale(d, config, s.M >= 1000);
+    for (char const* config : coda::test::fused_configs(g_dt)) check_rowscale(d, config, s.M >= 1000);
   }
 }
 
@@ -119,12 +119,12 @@ ResidualData make_residual(Shape s, uint64_t seed) {
   ResidualData d;
   d.s = s;
   Rng rng(seed);
-  d.a = round_to(random_activation(s.M, s.K, rng), kDt);
-  d.w = round_to(random_weight(s.N, s.K, rng), kDt);
-  d.residual = round_to(random_residual(s.M, s.N, rng), kDt);
-  d.gamma = round_to(random_gamma(s.N, rng), kDt);
+  d.a = round_to(random_activation(s.M, s.K, rng), g_dt);
+  d.w = round_to(random_weight(s.N, s.K, rng), g_dt);
+  d.residual = round_to(random_residual(s.M, s.N, rng), g_dt);
+  d.gamma = round_to(random_gamma(s.N, rng), g_dt);
   d.ref = linear_residual_rmsnorm(d.a, d.w, d.residual, d.gamma, d.eps);
-  d.unf = linear_residual_rmsnorm_unfused(d.a, d.w, d.residual, d.gamma, d.eps, kDt);
+  d.unf = linear_residual_rmsnorm_unfused(d.a, d.w, d.residual, d.gamma, d.eps, g_dt);
   return d;
 }
 
@@ -142,16 +142,16 @@ void run_residual(ResidualData const& d, char const* config, bool in_place, Resi
   DeviceBuffer dx(bytes16(s.M, ld)), dh(bytes16(s.M, ld)), ds(static_cast<size_t>(s.M) * 4 + 16);
   size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(s.M, s.N);
   DeviceBuffer dws(wsb);
-  da.upload(to_bits(d.a, kDt));
-  dw.upload(to_bits(d.w, kDt));
-  dg.upload(to_bits(d.gamma, kDt));
-  std::vector<uint16_t> const res_bits = coda::test::pad_rows(to_bits(d.residual, kDt), s.M, s.N, ld, kPoison16);
-  coda_tensor ta = strided_tensor(da.get(), kDt, s.M, s.K, s.K);
-  coda_tensor tw = strided_tensor(dw.get(), kDt, s.N, s.K, s.K);
-  coda_tensor tr = strided_tensor(dres.get(), kDt, s.M, s.N, ld);
-  coda_tensor tg = coda::test::device_tensor(dg.get(), kDt, {s.N});
-  coda_tensor tx = in_place ? tr : strided_tensor(dx.get(), kDt, s.M, s.N, ld);
-  coda_tensor th = strided_tensor(dh.get(), kDt, s.M, s.N, ld);
+  da.upload(to_bits(d.a, g_dt));
+  dw.upload(to_bits(d.w, g_dt));
+  dg.upload(to_bits(d.gamma, g_dt));
+  std::vector<uint16_t> const res_bits = coda::test::pad_rows(to_bits(d.residual, g_dt), s.M, s.N, ld, kPoison16);
+  coda_tensor ta = strided_tensor(da.get(), g_dt, s.M, s.K, s.K);
+  coda_tensor tw = strided_tensor(dw.get(), g_dt, s.N, s.K, s.K);
+  coda_tensor tr = strided_tensor(dres.get(), g_dt, s.M, s.N, ld);
+  coda_tensor tg = coda::test::device_tensor(dg.get(), g_dt, {s.N});
+  coda_tensor tx = in_place ? tr : strided_tensor(dx.get(), g_dt, s.M, s.N, ld);
+  coda_tensor th = strided_tensor(dh.get(), g_dt, s.M, s.N, ld);
   coda_tensor ts = coda::test::device_tensor(ds.get(), CODA_FP32, {s.M});
   PinConfig const pin(config);
   ResidualOut first;
@@ -187,12 +187,14 @@ void run_residual(ResidualData const& d, char const* config, bool in_place, Resi
 }
 
 void check_residual(ResidualData const& d, char const* config, bool in_place, bool print) {
-  std::string const what = "F1 " + d.s.name() + " " + config_name(config) + (in_place ? " in-place" : "");
+  std::string const what =
+      std::string("F1 ") + coda::test::dtype_name(g_dt) + " " + d.s.name() + " " + config_name(config) +
+      (in_place ? " in-place" : "");
   SCOPED_TRACE(what);
   ResidualOut out;
   ASSERT_NO_FATAL_FAILURE(run_residual(d, config, in_place, out));
-  Matrix const x = matrix_from_bits(out.x.data(), d.s.M, d.s.N, kDt);
-  Matrix const h = matrix_from_bits(out.h.data(), d.s.M, d.s.N, kDt);
+  Matrix const x = matrix_from_bits(out.x.data(), d.s.M, d.s.N, g_dt);
+  Matrix const h = matrix_from_bits(out.h.data(), d.s.M, d.s.N, g_dt);
   Vector const rstd = vector_from_float(out.rstd.data(), d.s.M);
   EXPECT_TRUE(Accepted(what + " x", acceptance(x, d.unf.x, d.ref.x), print));
   EXPECT_TRUE(Accepted(what + " h", acceptance(h, d.unf.h, d.ref.h), print));
@@ -202,7 +204,7 @@ void check_residual(ResidualData const& d, char const* config, bool in_place, bo
 void residual_shapes(std::vector<Shape> const& shapes) {
   for (Shape const& s : shapes) {
     ResidualData const d = make_residual(s, static_cast<uint64_t>(s.M * 7919 + s.N * 13 + s.K));
-    for (char const* config : kConfigs) check_residual(d, config, false, s.M >= 1000);
+    for (char const* config : coda::test::fused_configs(g_dt)) check_residual(d, config, false, s.M >= 1000);
   }
 }
 
@@ -248,17 +250,17 @@ TEST(FusedForward, LinearResidualRmsnormInPlace) {
   CODA_REQUIRE_SM90();
   for (Shape s : {Shape{7, 264, 264}, Shape{1000, 2048, 264}, Shape{4097, 264, 2048}}) {
     ResidualData const d = make_residual(s, static_cast<uint64_t>(s.M + s.N + s.K));
-    for (char const* config : kConfigs) check_residual(d, config, true, false);
+    for (char const* config : coda::test::fused_configs(g_dt)) check_residual(d, config, true, false);
   }
 }
 
 TEST(FusedForward, PinnedUnknownConfigIsAnError) {
   CODA_REQUIRE_SM90();
   DeviceBuffer dh(bytes16(7, 16)), dw(bytes16(16, 16)), dr(64), dy(bytes16(7, 16));
-  coda_tensor th = strided_tensor(dh.get(), kDt, 7, 16, 16);
-  coda_tensor tw = strided_tensor(dw.get(), kDt, 16, 16, 16);
+  coda_tensor th = strided_tensor(dh.get(), g_dt, 7, 16, 16);
+  coda_tensor tw = strided_tensor(dw.get(), g_dt, 16, 16, 16);
   coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {7});
-  coda_tensor ty = strided_tensor(dy.get(), kDt, 7, 16, 16);
+  coda_tensor ty = strided_tensor(dy.get(), g_dt, 7, 16, 16);
   PinConfig const pin("sk_128x256x64_c2x1");  // a plain-GEMM config the fused ops do not compile
   EXPECT_EQ(coda_linear_rowscale(&th, &tw, &ts, &ty, nullptr, 0, nullptr), CODA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(coda_last_error()).find("CODA_OP_CONFIG"), std::string::npos) << coda_last_error();
@@ -268,9 +270,10 @@ TEST(FusedForward, EmptyM) {
   CODA_REQUIRE_SM90();
   std::vector<DeviceBuffer> buf;
   for (int i = 0; i < 7; ++i) buf.emplace_back(size_t{1} << 12);
-  coda_tensor a = strided_tensor(buf[0].get(), kDt, 0, 16, 16), w = strided_tensor(buf[1].get(), kDt, 16, 16, 16);
-  coda_tensor r = strided_tensor(buf[2].get(), kDt, 0, 16, 16), x = strided_tensor(buf[3].get(), kDt, 0, 16, 16);
-  coda_tensor h = strided_tensor(buf[4].get(), kDt, 0, 16, 16), g = coda::test::device_tensor(buf[5].get(), kDt, {16});
+  coda_tensor a = strided_tensor(buf[0].get(), g_dt, 0, 16, 16), w = strided_tensor(buf[1].get(), g_dt, 16, 16, 16);
+  coda_tensor r = strided_tensor(buf[2].get(), g_dt, 0, 16, 16), x = strided_tensor(buf[3].get(), g_dt, 0, 16, 16);
+  coda_tensor h = strided_tensor(buf[4].get(), g_dt, 0, 16, 16);
+  coda_tensor g = coda::test::device_tensor(buf[5].get(), g_dt, {16});
   coda_tensor s = coda::test::device_tensor(buf[6].get(), CODA_FP32, {0});
   EXPECT_EQ(coda_linear_rowscale(&a, &w, &s, &x, nullptr, 0, nullptr), CODA_SUCCESS) << coda_last_error();
   EXPECT_EQ(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-5f, &x, &h, &s, nullptr, 0, nullptr), CODA_SUCCESS)
@@ -281,15 +284,37 @@ TEST(FusedForward, EmptyM) {
 TEST(FusedForwardSanitize, LinearRowscaleSmall) {
   CODA_REQUIRE_SM90();
   RowscaleData const d = make_rowscale({264, 136, 200}, 11);
-  for (char const* config : kConfigs) check_rowscale(d, config, false);
+  for (char const* config : coda::test::fused_configs(g_dt)) check_rowscale(d, config, false);
 }
 
 TEST(FusedForwardSanitize, LinearResidualRmsnormSmall) {
   CODA_REQUIRE_SM90();
   ResidualData const d = make_residual({264, 136, 200}, 12);
-  for (char const* config : kConfigs) {
+  for (char const* config : coda::test::fused_configs(g_dt)) {
     check_residual(d, config, false, false);
     check_residual(d, config, true, false);
+  }
+}
+
+// fp16 (compiled, behind CODA_EXPERIMENTAL_FP16 until these pass on a GPU): the pingpong kernels.
+TEST(FusedForwardFp16, RowscaleAndResidualRmsnorm) {
+  CODA_REQUIRE_SM90();
+  coda::test::UseFp16 const fp16(g_dt);
+  std::vector<Shape> const shapes = {{1, 264, 264}, {7, 8, 16}, {1000, 264, 8}, {1000, 2048, 2048}, {4097, 264, 264}};
+  rowscale_shapes(shapes);
+  residual_shapes(shapes);
+  ResidualData const d = make_residual({1000, 2048, 264}, 31);
+  for (char const* config : coda::test::fused_configs(g_dt)) check_residual(d, config, true, false);  // in place
+}
+
+TEST(FusedForwardSanitize, Fp16Small) {
+  CODA_REQUIRE_SM90();
+  coda::test::UseFp16 const fp16(g_dt);
+  RowscaleData const r = make_rowscale({264, 136, 200}, 32);
+  ResidualData const x = make_residual({264, 136, 200}, 33);
+  for (char const* config : coda::test::fused_configs(g_dt)) {
+    check_rowscale(r, config, false);
+    check_residual(x, config, false, false);
   }
 }
 

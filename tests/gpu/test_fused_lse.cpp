@@ -35,12 +35,10 @@ using coda::test::kPoison16;
 using coda::test::PinConfig;
 using coda::test::strided_tensor;
 
-constexpr coda_dtype kDt = CODA_BF16;
+coda_dtype g_dt = CODA_BF16;  // bf16, or fp16 inside a UseFp16 scope
 constexpr int64_t kPad = 8;            // extra (poisoned) elements per logits row
 constexpr uint32_t kPoison32 = 0xFFFFFFFFu;  // what DeviceBuffer::poison leaves in an fp32 word (a NaN)
 
-/// F5 compiles two configs (each in both variants); nullptr = the default path (CODA_OP_CONFIG unset).
-constexpr auto& kLseConfigs = coda::test::kFusedConfigs;
 
 struct LseCase {
   int64_t M, V, K;
@@ -83,7 +81,7 @@ void compute_refs(LseData& d, bool keep_capped) {
       Targets const tc(d.targets.begin() + b, d.targets.begin() + e);
       refs[static_cast<size_t>(i)] = linear_rowscale_lse(hc, d.w, rc, tc, d.c.softcap, d.c.ignore_index);
       unfs[static_cast<size_t>(i)] =
-          linear_rowscale_lse_unfused(hc, d.w, rc, tc, d.c.softcap, d.c.ignore_index, kDt);
+          linear_rowscale_lse_unfused(hc, d.w, rc, tc, d.c.softcap, d.c.ignore_index, g_dt);
     });
   }
   for (auto& t : pool) t.join();
@@ -113,10 +111,10 @@ void compute_refs(LseData& d, bool keep_capped) {
 LseData make_lse(LseCase const& c, uint64_t seed, bool keep_capped = false) {
   LseData d;
   d.c = c;
-  d.h_bits = coda::test::normal_bits(c.M * c.K, 0.0, 4.0, kDt, seed * 3 + 1);
-  d.w_bits = coda::test::normal_bits(c.V * c.K, 0.0, 0.02, kDt, seed * 3 + 2);
-  d.h = matrix_from_bits(d.h_bits.data(), c.M, c.K, kDt);
-  d.w = matrix_from_bits(d.w_bits.data(), c.V, c.K, kDt);
+  d.h_bits = coda::test::normal_bits(c.M * c.K, 0.0, 4.0, g_dt, seed * 3 + 1);
+  d.w_bits = coda::test::normal_bits(c.V * c.K, 0.0, 0.02, g_dt, seed * 3 + 2);
+  d.h = matrix_from_bits(d.h_bits.data(), c.M, c.K, g_dt);
+  d.w = matrix_from_bits(d.w_bits.data(), c.V, c.K, g_dt);
   Rng rng(seed);
   d.rstd = random_normal(1, c.M, 0.25, 0.05, rng).data;
   for (double& r : d.rstd) r = round_to(std::fabs(r) + 0.05, CODA_FP32);
@@ -150,13 +148,13 @@ void run_lse(LseData const& d, char const* config, bool store_logits, LseOut& ou
   } else {
     dt.upload(std::vector<int32_t>(d.targets.begin(), d.targets.end()));
   }
-  coda_tensor th = strided_tensor(dh.get(), kDt, c.M, c.K, c.K);
-  coda_tensor tw = strided_tensor(dw.get(), kDt, c.V, c.K, c.K);
+  coda_tensor th = strided_tensor(dh.get(), g_dt, c.M, c.K, c.K);
+  coda_tensor tw = strided_tensor(dw.get(), g_dt, c.V, c.K, c.K);
   coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {c.M});
   coda_tensor tt = coda::test::device_tensor(dt.get(), c.targets64 ? CODA_INT64 : CODA_INT32, {c.M});
   coda_tensor tlse = coda::test::device_tensor(dlse.get(), CODA_FP32, {c.M});
   coda_tensor ttl = coda::test::device_tensor(dtl.get(), CODA_FP32, {c.M});
-  coda_tensor tlog = strided_tensor(dlog.get(), kDt, c.M, c.V, ld);
+  coda_tensor tlog = strided_tensor(dlog.get(), g_dt, c.M, c.V, ld);
   PinConfig const pin(config);
   LseOut first;
   for (int rep = 0; rep < 2; ++rep) {
@@ -194,7 +192,8 @@ void run_lse(LseData const& d, char const* config, bool store_logits, LseOut& ou
 
 void check_lse(LseData const& d, char const* config, bool store_logits, bool print) {
   std::string const what =
-      "F5 " + d.c.name() + " " + config_name(config) + (store_logits ? " +logits" : " no-logits");
+      std::string("F5 ") + coda::test::dtype_name(g_dt) + " " + d.c.name() + " " + config_name(config) +
+      (store_logits ? " +logits" : " no-logits");
   SCOPED_TRACE(what);
   LseOut out;
   ASSERT_NO_FATAL_FAILURE(run_lse(d, config, store_logits, out));
@@ -203,14 +202,15 @@ void check_lse(LseData const& d, char const* config, bool store_logits, bool pri
   EXPECT_TRUE(Accepted(what + " lse", acceptance(lse, d.unf.lse, d.ref.lse), print));
   EXPECT_TRUE(Accepted(what + " target_logit", acceptance(tl, d.unf.target_logit, d.ref.target_logit), print));
   if (store_logits) {
-    Matrix const lg = matrix_from_bits(out.logits.data(), d.c.M, d.c.V, kDt);
+    Matrix const lg = matrix_from_bits(out.logits.data(), d.c.M, d.c.V, g_dt);
     EXPECT_TRUE(Accepted(what + " logits", acceptance(lg, d.unf.logits, d.ref.logits), print));
   }
 }
 
-/// Every config and both kernels (the logits kernel only when V is a multiple of 8: TMA rule of logits_out).
+/// Every config of the current dtype and both kernels (the logits kernel only when V is a multiple of 8: TMA rule
+/// of logits_out).
 void check_all(LseData const& d, bool print) {
-  for (char const* config : kLseConfigs) {
+  for (char const* config : coda::test::fused_configs(g_dt)) {
     check_lse(d, config, false, print);
     if (d.c.V % 8 == 0) check_lse(d, config, true, print);
   }
@@ -368,7 +368,7 @@ TEST(FusedLse, PinnedOtherConfigIsAnError) {
   DeviceBuffer dh(bytes16(7, 16)), dw(bytes16(16, 16)), dr(64), dt(64), dl(64), dtl(64);
   size_t const wsb = coda_linear_rowscale_lse_workspace_size(c.M, c.V);
   DeviceBuffer dws(wsb);
-  coda_tensor th = strided_tensor(dh.get(), kDt, 7, 16, 16), tw = strided_tensor(dw.get(), kDt, 16, 16, 16);
+  coda_tensor th = strided_tensor(dh.get(), g_dt, 7, 16, 16), tw = strided_tensor(dw.get(), g_dt, 16, 16, 16);
   coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {7});
   coda_tensor tt = coda::test::device_tensor(dt.get(), CODA_INT64, {7});
   coda_tensor tl = coda::test::device_tensor(dl.get(), CODA_FP32, {7});
@@ -382,7 +382,7 @@ TEST(FusedLse, PinnedOtherConfigIsAnError) {
 TEST(FusedLse, EmptyM) {
   CODA_REQUIRE_SM90();
   DeviceBuffer dh(4096), dw(4096), dr(64), dt(64), dl(64), dtl(64);
-  coda_tensor th = strided_tensor(dh.get(), kDt, 0, 16, 16), tw = strided_tensor(dw.get(), kDt, 16, 16, 16);
+  coda_tensor th = strided_tensor(dh.get(), g_dt, 0, 16, 16), tw = strided_tensor(dw.get(), g_dt, 16, 16, 16);
   coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {0});
   coda_tensor tt = coda::test::device_tensor(dt.get(), CODA_INT32, {0});
   coda_tensor tl = coda::test::device_tensor(dl.get(), CODA_FP32, {0});
@@ -397,6 +397,24 @@ TEST(FusedLse, EmptyM) {
 TEST(FusedLseSanitize, Small) {
   CODA_REQUIRE_SM90();
   LseData const d = make_lse({264, 1000, 200, 30.0, -100, 0.2, false}, 13);
+  check_all(d, false);
+}
+
+// fp16 (compiled, behind CODA_EXPERIMENTAL_FP16 until these pass on a GPU): the pingpong kernels, both variants.
+TEST(FusedLseFp16, Shapes) {
+  CODA_REQUIRE_SM90();
+  coda::test::UseFp16 const fp16(g_dt);
+  for (LseCase const& c : {LseCase{7, 264, 8, 0.0, -100, 0.2, false}, LseCase{1000, 1000, 520, 30.0, 5, 0.1, true},
+                           LseCase{100, 32000, 2048, 0.0, -100, 0.1, false}}) {
+    LseData const d = make_lse(c, static_cast<uint64_t>(c.M * 1013 + c.V * 29 + c.K));
+    check_all(d, false);
+  }
+}
+
+TEST(FusedLseSanitize, Fp16Small) {
+  CODA_REQUIRE_SM90();
+  coda::test::UseFp16 const fp16(g_dt);
+  LseData const d = make_lse({264, 1000, 200, 30.0, -100, 0.2, false}, 14);
   check_all(d, false);
 }
 

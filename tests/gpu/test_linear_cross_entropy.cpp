@@ -27,7 +27,7 @@ using coda::test::bytes16;
 using coda::test::DeviceBuffer;
 using coda::test::strided_tensor;
 
-constexpr coda_dtype kDt = CODA_BF16;
+coda_dtype g_dt = CODA_BF16;  // bf16, or fp16 inside a UseFp16 scope
 
 struct Case {
   int64_t M, V, K;
@@ -56,10 +56,10 @@ coda_ce_options opts(coda_reduction r, float ls = 0.0f, float z = 0.0f, float ca
 }
 
 void check_case(Case const& c, uint64_t seed, bool print) {
-  SCOPED_TRACE(c.name());
+  SCOPED_TRACE(c.name() + " " + coda::test::dtype_name(g_dt));
   Rng rng(seed);
-  Matrix const h = round_to(random_normal(c.M, c.K, 0.0, 4.0, rng), kDt);
-  Matrix const w = round_to(random_weight(c.V, c.K, rng), kDt);
+  Matrix const h = round_to(random_normal(c.M, c.K, 0.0, 4.0, rng), g_dt);
+  Matrix const w = round_to(random_weight(c.V, c.K, rng), g_dt);
   Vector rstd = random_normal(1, c.M, 0.25, 0.05, rng).data;
   for (double& v : rstd) v = round_to(std::fabs(v) + 0.05, CODA_FP32);
   Targets targets = random_targets(c.M, c.V, rng, c.ignore_fraction, c.options.ignore_index);
@@ -70,7 +70,7 @@ void check_case(Case const& c, uint64_t seed, bool print) {
   Matrix const logits = linear_rowscale(h, w, rstd);
   CrossEntropy const ref = cross_entropy(logits, targets, c.options, {}, 1);
   CrossEntropy const unf =
-      cross_entropy_unfused(linear_rowscale_unfused(h, w, rstd, kDt), targets, c.options, {}, 1, kDt);
+      cross_entropy_unfused(linear_rowscale_unfused(h, w, rstd, g_dt), targets, c.options, {}, 1, g_dt);
 
   bool const per_row = c.options.reduction == CODA_REDUCTION_NONE;
   int64_t const n_loss = per_row ? c.M : 1;
@@ -79,16 +79,16 @@ void check_case(Case const& c, uint64_t seed, bool print) {
   DeviceBuffer dlse(static_cast<size_t>(c.M) * 4 + 16);
   size_t const wsb = coda_linear_cross_entropy_workspace_size(c.M, c.V, c.chunk_rows);
   DeviceBuffer dws(wsb);
-  dh.upload(to_bits(h, kDt));
-  dw.upload(to_bits(w, kDt));
+  dh.upload(to_bits(h, g_dt));
+  dw.upload(to_bits(w, g_dt));
   dr.upload(std::vector<float>(rstd.begin(), rstd.end()));
   if (c.int64_targets) {
     dt.upload(targets);
   } else {
     dt.upload(std::vector<int32_t>(targets.begin(), targets.end()));
   }
-  coda_tensor th = strided_tensor(dh.get(), kDt, c.M, c.K, c.K);
-  coda_tensor tw = strided_tensor(dw.get(), kDt, c.V, c.K, c.K);
+  coda_tensor th = strided_tensor(dh.get(), g_dt, c.M, c.K, c.K);
+  coda_tensor tw = strided_tensor(dw.get(), g_dt, c.V, c.K, c.K);
   coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {c.M});
   coda_tensor tt = coda::test::device_tensor(dt.get(), c.int64_targets ? CODA_INT64 : CODA_INT32, {c.M});
   coda_tensor tl = per_row ? coda::test::device_tensor(dl.get(), CODA_FP32, {c.M})
@@ -157,6 +157,14 @@ TEST(LinearCrossEntropySanitize, Small) {
   CODA_REQUIRE_SM90();
   check_case({130, 600, 200, opts(CODA_REDUCTION_MEAN, 0.1f, 1e-4f, 30.0f), 64}, 12, false);
   check_case({130, 600, 200, opts(CODA_REDUCTION_NONE), 0, true}, 13, false);
+}
+
+// fp16 (compiled, behind CODA_EXPERIMENTAL_FP16 until these pass on a GPU).
+TEST(LinearCrossEntropyFp16, Options) {
+  CODA_REQUIRE_SM90();
+  coda::test::UseFp16 const fp16(g_dt);
+  check_case({1000, 1000, 520, opts(CODA_REDUCTION_MEAN, 0.1f, 1e-4f, 30.0f), 300}, 41, false);
+  check_case({7, 264, 8, opts(CODA_REDUCTION_NONE), 0, true}, 42, false);
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ void linear_cross_entropy(LinearCrossEntropyArgs const& a, cudaStream_t stream) 
     linear_rowscale_lse(rows, a.V, a.K, static_cast<char const*>(a.h) + r0 * a.ldh * 2, a.ldh, a.w, a.ldw,
                         a.rstd + r0, static_cast<char const*>(a.targets) + r0 * target_bytes, a.targets_int64,
                         a.options.softcap, a.options.ignore_index, lse + r0, target_logit + r0, /*logits=*/nullptr,
-                        0, partials, l.partials, stream, need_sum ? logit_sum + r0 : nullptr);
+                        0, partials, l.partials, a.fp16, stream, need_sum ? logit_sum + r0 : nullptr);
   }
 
   kernels::CrossEntropyStatsArgs c;

@@ -21,15 +21,16 @@ size_t linear_cross_entropy_workspace_bytes(int64_t M, int64_t V, int64_t chunk_
 
 struct LinearCrossEntropyArgs {
   int64_t M = 0, V = 0, K = 0;
-  void const* h = nullptr;  ///< [M,K] bf16, row stride ldh
+  void const* h = nullptr;  ///< [M,K] bf16 (or fp16 when fp16), row stride ldh
   int64_t ldh = 0;
-  void const* w = nullptr;  ///< [V,K] bf16, row stride ldw
+  void const* w = nullptr;  ///< [V,K] same dtype, row stride ldw
   int64_t ldw = 0;
   float const* rstd = nullptr;
   void const* targets = nullptr;
   bool targets_int64 = false;
   coda_ce_options options{};
   int64_t chunk_rows = 0;   ///< 0 = kDefaultChunkRows
+  bool fp16 = false;
   float* loss = nullptr;    ///< [] (mean/sum) or [M] (none)
   float* lse = nullptr;     ///< [M] or nullptr
   void* workspace = nullptr;

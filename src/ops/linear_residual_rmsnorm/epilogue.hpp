@@ -77,9 +77,9 @@ struct ResidualRmsnormEpilogue {
   };
 };
 
-template <class Config>
+template <class Config, class Element = cutlass::bfloat16_t>
 using ResidualRmsnormKernel =
-    gemm::FusedLinear<Config, ResidualRmsnormEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+    gemm::FusedLinear<Config, ResidualRmsnormEpilogue, Element, Element,
                       cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops

@@ -25,6 +25,8 @@ struct ResidualRmsnormArgs {
 namespace residual_rmsnorm_kernels {
 gemm::KernelOps<ResidualRmsnormArgs> const& fwd_bf16_coop_128x256x64_c2x1();
 gemm::KernelOps<ResidualRmsnormArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
+gemm::KernelOps<ResidualRmsnormArgs> const& fwd_fp16_pp_128x128x64_c2x1();
 }  // namespace residual_rmsnorm_kernels
 
 /// Shape of a kernel's partials buffer: T = ceil(N / tile_n) rows of Mpad = round_up(M, tile_m) floats.
@@ -35,12 +37,12 @@ struct PartialsLayout {
 };
 PartialsLayout partials_layout(gemm::KernelInfo const& info, int64_t M, int64_t N);
 
-/// F1 on bf16 tensors (all row-major with the given row strides; x may alias residual). `partials` is the
-/// caller's workspace (at least coda_linear_residual_rmsnorm_workspace_size(M, N) bytes, 16-byte aligned).
-/// M, N, K >= 1. Enqueues the GEMM, then the rstd finishing kernel, on `stream`. Throws coda::detail::Error.
+/// F1 on bf16 (fp16 = false) or fp16 tensors (all row-major with the given row strides; x may alias residual).
+/// `partials` is the caller's workspace (at least coda_linear_residual_rmsnorm_workspace_size(M, N) bytes, 16-byte
+/// aligned). M, N, K >= 1. Enqueues the GEMM, then the rstd finishing kernel, on `stream`. Throws coda::detail::Error.
 void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int64_t lda, void const* w,
                              int64_t ldw, void const* residual, int64_t ldr, void const* gamma, float eps, void* x,
                              int64_t ldx, void* h, int64_t ldh, float* rstd, void* workspace,
-                             size_t workspace_bytes, cudaStream_t stream);
+                             size_t workspace_bytes, bool fp16, cudaStream_t stream);
 
 }  // namespace coda::ops

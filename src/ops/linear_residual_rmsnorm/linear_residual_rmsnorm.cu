@@ -20,21 +20,16 @@ PartialsLayout partials_layout(gemm::KernelInfo const& info, int64_t M, int64_t 
 void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int64_t lda, void const* w,
                              int64_t ldw, void const* residual, int64_t ldr, void const* gamma, float eps, void* x,
                              int64_t ldx, void* h, int64_t ldh, float* rstd, void* workspace,
-                             size_t workspace_bytes, cudaStream_t stream) {
-  gemm::KernelOps<ResidualRmsnormArgs> const* const kernels[] = {
-      &residual_rmsnorm_kernels::fwd_bf16_coop_128x256x64_c2x1(),
-      &residual_rmsnorm_kernels::fwd_bf16_pp_128x128x64_c2x1()};
-  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  gemm::Knobs knobs{};
-  int pick = pinned_config("coda_linear_residual_rmsnorm", infos, 2, &knobs);
-  if (pick < 0) {
-    // Pingpong 128x128 (one warpgroup's epilogue, with its C load, two stores and row reduction, overlaps the
-    // other's MMA) with raster along N: best or within 3 % of the best config x knobs at every LLaMA shape of the
-    // sweep (bench/results/fused_h200_*); the long-K down-projection keeps the default raster (measured better).
-    pick = 1;
-    if (K <= 2 * N) knobs = raster_n(1);
-  }
-  gemm::KernelOps<ResidualRmsnormArgs> const& k = *kernels[pick];
+                             size_t workspace_bytes, bool fp16, cudaStream_t stream) {
+  namespace kn = residual_rmsnorm_kernels;
+  auto choice = choose_kernel("coda_linear_residual_rmsnorm", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
+                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
+  // Pingpong 128x128 (one warpgroup's epilogue, with its C load, two stores and row reduction, overlaps the
+  // other's MMA) with raster along N: best or within 3 % of the best config x knobs at every LLaMA shape of the
+  // sweep (bench/results/fused_h200_*); the long-K down-projection keeps the default raster (measured better).
+  if (!choice.pinned && K <= 2 * N) choice.knobs = raster_n(1);
+  gemm::Knobs const& knobs = choice.knobs;
+  gemm::KernelOps<ResidualRmsnormArgs> const& k = *choice.ops;
 
   PartialsLayout const layout = partials_layout(k.info, M, N);
   if (workspace_bytes < layout.bytes() || workspace == nullptr ||

@@ -39,8 +39,8 @@ struct RowscaleEpilogue {
   };
 };
 
-template <class Config>
-using RowscaleKernel = gemm::FusedLinear<Config, RowscaleEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+template <class Config, class Element = cutlass::bfloat16_t>
+using RowscaleKernel = gemm::FusedLinear<Config, RowscaleEpilogue, Element, Element,
                                          cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops

@@ -18,12 +18,14 @@ struct RowscaleArgs {
 namespace rowscale_kernels {
 gemm::KernelOps<RowscaleArgs> const& fwd_bf16_coop_128x256x64_c2x1();
 gemm::KernelOps<RowscaleArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
+gemm::KernelOps<RowscaleArgs> const& fwd_fp16_pp_128x128x64_c2x1();
 }  // namespace rowscale_kernels
 
-/// bf16 y[M,N] (row stride ldy) = rstd[m] * (h[M,K] (row stride ldh) w[N,K]^T (row stride ldw)), fp32 product,
-/// one rounding. Picks a config (CODA_OP_CONFIG pins one: op_config.hpp) and enqueues on `stream`.
-/// M, N, K >= 1. Throws coda::detail::Error.
+/// y[M,N] (bf16, or fp16 when fp16; row stride ldy) = rstd[m] * (h[M,K] (row stride ldh) w[N,K]^T (row stride ldw)),
+/// fp32 product, one rounding. Picks a config (CODA_OP_CONFIG pins one: op_config.hpp) and enqueues on `stream`. M, N,
+/// K >= 1. Throws coda::detail::Error.
 void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w, int64_t ldw,
-                     float const* rstd, void* y, int64_t ldy, cudaStream_t stream);
+                     float const* rstd, void* y, int64_t ldy, bool fp16, cudaStream_t stream);
 
 }  // namespace coda::ops

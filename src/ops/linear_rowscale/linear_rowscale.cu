@@ -7,17 +7,14 @@
 namespace coda::ops {
 
 void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w, int64_t ldw,
-                     float const* rstd, void* y, int64_t ldy, cudaStream_t stream) {
-  gemm::KernelOps<RowscaleArgs> const* const kernels[] = {&rowscale_kernels::fwd_bf16_coop_128x256x64_c2x1(),
-                                                          &rowscale_kernels::fwd_bf16_pp_128x128x64_c2x1()};
-  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  gemm::Knobs knobs{};
-  int pick = pinned_config("coda_linear_rowscale", infos, 2, &knobs);
-  if (pick < 0) {
-    // Pingpong 128x128, raster along N (bench/results/fused_h200_*: 0.92-1.00 x cuBLAS on the LLaMA shapes).
-    pick = 1;
-    knobs = raster_n(N >= 16384 ? 8 : 4);
-  }
+                     float const* rstd, void* y, int64_t ldy, bool fp16, cudaStream_t stream) {
+  namespace kn = rowscale_kernels;
+  auto choice = choose_kernel("coda_linear_rowscale", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
+                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
+  // Default: pingpong 128x128, raster along N (bench/results/fused_h200_*: 0.92-1.00 x cuBLAS on the LLaMA shapes).
+  if (!choice.pinned) choice.knobs = raster_n(N >= 16384 ? 8 : 4);
+  gemm::Knobs const& knobs = choice.knobs;
+  gemm::KernelOps<RowscaleArgs> const& k = *choice.ops;
   gemm::Operands op;
   op.M = M, op.N = N, op.K = K;
   op.A = h, op.lda = ldh;
@@ -25,7 +22,6 @@ void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh
   op.D = y, op.ldd = ldy;
   RowscaleArgs args;
   args.rstd = rstd;
-  gemm::KernelOps<RowscaleArgs> const& k = *kernels[pick];
   size_t const need = k.workspace_size(op, args, knobs);
   if (need != 0) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale: kernel ", k.info.config, " unexpectedly needs ",

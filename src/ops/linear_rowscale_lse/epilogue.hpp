@@ -106,11 +106,11 @@ struct LseNoLogitsEpilogue {
   };
 };
 
-template <class Config>
-using LseKernel = gemm::FusedLinear<Config, LseEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+template <class Config, class Element = cutlass::bfloat16_t>
+using LseKernel = gemm::FusedLinear<Config, LseEpilogue, Element, Element,
                                     cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
-template <class Config>
-using LseNoLogitsKernel = gemm::FusedLinear<Config, LseNoLogitsEpilogue, cutlass::bfloat16_t, void,
+template <class Config, class Element = cutlass::bfloat16_t>
+using LseNoLogitsKernel = gemm::FusedLinear<Config, LseNoLogitsEpilogue, Element, void,
                                             cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops

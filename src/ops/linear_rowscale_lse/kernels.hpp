@@ -33,6 +33,9 @@ gemm::KernelOps<LseArgs> const& fwd_bf16_nologits_coop_128x256x64_c2x1();
 /// The same two variants, pingpong 128x128 (the epilogue of one warpgroup overlaps the other's MMA).
 gemm::KernelOps<LseArgs> const& fwd_bf16_pp_128x128x64_c2x1();
 gemm::KernelOps<LseArgs> const& fwd_bf16_nologits_pp_128x128x64_c2x1();
+/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
+gemm::KernelOps<LseArgs> const& fwd_fp16_pp_128x128x64_c2x1();
+gemm::KernelOps<LseArgs> const& fwd_fp16_nologits_pp_128x128x64_c2x1();
 }  // namespace lse_kernels
 
 /// The workspace of F5: four fp32 [T, Mpad] partial buffers (max, sumexp, sum, target) of a kernel with CTA tile
@@ -60,14 +63,16 @@ inline LseWorkspace lse_workspace(int64_t M, int64_t V, int64_t tile_m, int64_t 
 /// uses a prefix of it. The partials of a run are laid out for the kernel that ran (lse_workspace of its tile).
 inline constexpr int64_t kLseTileM = 128, kLseTileN = 128;
 
-/// F5 on bf16 tensors: h [M,K] (row stride ldh), w [V,K] (ldw), rstd [M] fp32, targets [M] int32|int64.
-/// logits: nullptr, or [M,V] bf16 with row stride ld_logits (raw, before softcap). lse, target_logit: [M] fp32.
-/// `workspace` holds the partials (LseWorkspace of the chosen kernel, 16-byte aligned). M, V, K >= 1.
-/// logit_sum: nullptr, or [M] fp32 receiving the row sum of the (capped) logits (label smoothing).
-/// Enqueues the fused GEMM, then the finishing kernel, on `stream`. Throws coda::detail::Error.
+/// F5 on bf16 (fp16 = false) or fp16 tensors: h [M,K] (row stride ldh), w [V,K] (ldw), rstd [M] fp32, targets
+/// [M] int32|int64.
+/// logits: nullptr, or [M,V] in the input dtype with row stride ld_logits (raw, before softcap). lse, target_logit: [M]
+/// fp32. `workspace` holds the partials (LseWorkspace of the chosen kernel, 16-byte aligned). M, V, K >= 1. logit_sum:
+/// nullptr, or [M] fp32 receiving the row sum of the (capped) logits (label smoothing). Enqueues the fused GEMM, then
+/// the finishing kernel, on `stream`. Throws coda::detail::Error.
 void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t ldh, void const* w, int64_t ldw,
                          float const* rstd, void const* targets, bool targets_int64, float softcap,
                          int64_t ignore_index, float* lse, float* target_logit, void* logits, int64_t ld_logits,
-                         void* workspace, size_t workspace_bytes, cudaStream_t stream, float* logit_sum = nullptr);
+                         void* workspace, size_t workspace_bytes, bool fp16, cudaStream_t stream,
+                         float* logit_sum = nullptr);
 
 }  // namespace coda::ops

@@ -13,23 +13,21 @@ namespace coda::ops {
 void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t ldh, void const* w, int64_t ldw,
                          float const* rstd, void const* targets, bool targets_int64, float softcap,
                          int64_t ignore_index, float* lse, float* target_logit, void* logits, int64_t ld_logits,
-                         void* workspace, size_t workspace_bytes, cudaStream_t stream, float* logit_sum) {
+                         void* workspace, size_t workspace_bytes, bool fp16, cudaStream_t stream,
+                         float* logit_sum) {
+  namespace kn = lse_kernels;
   bool const store_logits = logits != nullptr;
-  using lse_kernels::fwd_bf16_coop_128x256x64_c2x1, lse_kernels::fwd_bf16_nologits_coop_128x256x64_c2x1;
-  using lse_kernels::fwd_bf16_pp_128x128x64_c2x1, lse_kernels::fwd_bf16_nologits_pp_128x128x64_c2x1;
-  gemm::KernelOps<LseArgs> const* const kernels[] = {
-      store_logits ? &fwd_bf16_coop_128x256x64_c2x1() : &fwd_bf16_nologits_coop_128x256x64_c2x1(),
-      store_logits ? &fwd_bf16_pp_128x128x64_c2x1() : &fwd_bf16_nologits_pp_128x128x64_c2x1()};
-  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  gemm::Knobs knobs{};
-  int pick = pinned_config("coda_linear_rowscale_lse", infos, 2, &knobs);
-  if (pick < 0) {
-    // Pingpong (the exp-per-element epilogue overlaps the other warpgroup's MMA), raster along N, no swizzle: the
-    // best setting of the H200 sweep at llama3-8B/70B (0.94-0.95 x cuBLAS; swizzle 8 was 0.98-1.16 x).
-    pick = 1;
-    knobs = raster_n(1);
-  }
-  gemm::KernelOps<LseArgs> const& k = *kernels[pick];
+  auto choice = store_logits ? choose_kernel("coda_linear_rowscale_lse", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
+                                             kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1())
+                             : choose_kernel("coda_linear_rowscale_lse", fp16,
+                                             kn::fwd_bf16_nologits_coop_128x256x64_c2x1(),
+                                             kn::fwd_bf16_nologits_pp_128x128x64_c2x1(),
+                                             kn::fwd_fp16_nologits_pp_128x128x64_c2x1());
+  // Default: pingpong (the exp-per-element epilogue overlaps the other warpgroup's MMA), raster along N, no
+  // swizzle: the best setting of the H200 sweep (0.94-0.97 x cuBLAS at llama3-1B/8B/70B; swizzle 8 was up to 1.16x).
+  if (!choice.pinned) choice.knobs = raster_n(1);
+  gemm::Knobs const& knobs = choice.knobs;
+  gemm::KernelOps<LseArgs> const& k = *choice.ops;
   if (k.info.tile_m < kLseTileM || k.info.tile_n < kLseTileN) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale_lse: kernel ", k.info.config,
                        " has a CTA tile that coda_linear_rowscale_lse_workspace_size does not cover");

@@ -55,8 +55,8 @@ struct RopeEpilogue {
   };
 };
 
-template <class Config>
-using RopeKernel = gemm::FusedLinear<Config, RopeEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+template <class Config, class Element = cutlass::bfloat16_t>
+using RopeKernel = gemm::FusedLinear<Config, RopeEpilogue, Element, Element,
                                      cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops

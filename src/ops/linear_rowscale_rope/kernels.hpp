@@ -22,17 +22,19 @@ struct RopeArgs {
 namespace rope_kernels {
 gemm::KernelOps<RopeArgs> const& fwd_bf16_coop_128x256x64_c2x1();
 gemm::KernelOps<RopeArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
+gemm::KernelOps<RopeArgs> const& fwd_fp16_pp_128x128x64_c2x1();
 }  // namespace rope_kernels
 
 /// Workspace of linear_rowscale_rope: the expanded per-column inv_freq (N floats, 256-byte rounded).
 size_t linear_rowscale_rope_workspace_bytes(int64_t N);
 
-/// bf16 qkv[M,N] (row stride ldq) = rope(rstd[m] * (h[M,K] w_qkv[N,K]^T)), N = (Hq + 2 Hkv) head_dim, q/k rows
+/// qkv[M,N] (bf16 or fp16; row stride ldq) = rope(rstd[m] * (h[M,K] w_qkv[N,K]^T)), N = (Hq + 2 Hkv) head_dim, q/k rows
 /// of w_qkv paired per head. Enqueues the inv_freq expansion (into `workspace`) and one GEMM on `stream`.
 /// Throws coda::detail::Error.
 void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w_qkv,
                           int64_t ldw, float const* rstd, int32_t const* positions, float const* inv_freq,
                           int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, void* qkv, int64_t ldq,
-                          void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                          void* workspace, size_t workspace_bytes, bool fp16, cudaStream_t stream);
 
 }  // namespace coda::ops

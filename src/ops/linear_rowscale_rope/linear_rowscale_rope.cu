@@ -15,18 +15,14 @@ size_t linear_rowscale_rope_workspace_bytes(int64_t N) {
 void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w_qkv,
                           int64_t ldw, float const* rstd, int32_t const* positions, float const* inv_freq,
                           int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, void* qkv, int64_t ldq,
-                          void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  gemm::KernelOps<RopeArgs> const* const kernels[] = {&rope_kernels::fwd_bf16_coop_128x256x64_c2x1(),
-                                                      &rope_kernels::fwd_bf16_pp_128x128x64_c2x1()};
-  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  gemm::Knobs knobs{};
-  int pick = pinned_config("coda_linear_rowscale_rope", infos, 2, &knobs);
-  if (pick < 0) {
-    // Pingpong 128x128 (the sin/cos epilogue overlaps the other warpgroup's MMA), raster along N, swizzle 8:
-    // 0.98-0.99 x cuBLAS on the LLaMA qkv shapes, cooperative 128x256 1.09-1.24 x (bench/results/fused_h200_*).
-    pick = 1;
-    knobs = raster_n(8);
-  }
+                          void* workspace, size_t workspace_bytes, bool fp16, cudaStream_t stream) {
+  namespace kn = rope_kernels;
+  auto choice = choose_kernel("coda_linear_rowscale_rope", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
+                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
+  // Pingpong 128x128 (the sin/cos epilogue overlaps the other warpgroup's MMA), raster along N, swizzle 8:
+  // 0.98-0.99 x cuBLAS on the LLaMA qkv shapes, cooperative 128x256 1.09-1.24 x (bench/results/fused_h200_*).
+  if (!choice.pinned) choice.knobs = raster_n(8);
+  gemm::Knobs const& knobs = choice.knobs;
   if (workspace_bytes < linear_rowscale_rope_workspace_bytes(N) || workspace == nullptr ||
       (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {
     coda::detail::fail(CODA_ERROR_WORKSPACE, "coda_linear_rowscale_rope: needs ",
@@ -45,7 +41,7 @@ void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_
   args.rstd = rstd;
   args.positions = positions;
   args.inv_freq_cols = freq;
-  gemm::KernelOps<RopeArgs> const& k = *kernels[pick];
+  gemm::KernelOps<RopeArgs> const& k = *choice.ops;
   size_t const need = k.workspace_size(op, args, knobs);
   if (need != 0) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale_rope: kernel ", k.info.config,

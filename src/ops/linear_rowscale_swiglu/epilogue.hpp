@@ -50,8 +50,8 @@ struct SwigluEpilogue {
   };
 };
 
-template <class Config>
-using SwigluKernel = gemm::FusedLinear<Config, SwigluEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+template <class Config, class Element = cutlass::bfloat16_t>
+using SwigluKernel = gemm::FusedLinear<Config, SwigluEpilogue, Element, Element,
                                        cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops

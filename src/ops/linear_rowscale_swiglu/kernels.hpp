@@ -21,13 +21,15 @@ struct SwigluArgs {
 namespace swiglu_kernels {
 gemm::KernelOps<SwigluArgs> const& fwd_bf16_coop_128x256x64_c2x1();
 gemm::KernelOps<SwigluArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
+gemm::KernelOps<SwigluArgs> const& fwd_fp16_pp_128x128x64_c2x1();
 }  // namespace swiglu_kernels
 
-/// bf16 z[M,N] (row stride ldz) = rstd[m] * (h[M,K] w_gu[N,K]^T), y[M,N/2] (row stride ldy) = silu(z even
+/// z[M,N] (bf16 or fp16; row stride ldz) = rstd[m] * (h[M,K] w_gu[N,K]^T), y[M,N/2] (row stride ldy) = silu(z even
 /// columns) * z odd columns, both from the fp32 z, each rounded once. N % 16 == 0. Picks a config (CODA_OP_CONFIG
 /// pins one) and enqueues one GEMM on `stream`. Throws coda::detail::Error.
 void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w_gu,
-                            int64_t ldw, float const* rstd, void* z, int64_t ldz, void* y, int64_t ldy,
+                            int64_t ldw, float const* rstd, void* z, int64_t ldz, void* y, int64_t ldy, bool fp16,
                             cudaStream_t stream);
 
 }  // namespace coda::ops

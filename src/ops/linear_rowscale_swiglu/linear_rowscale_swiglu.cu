@@ -7,20 +7,16 @@
 namespace coda::ops {
 
 void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w_gu,
-                            int64_t ldw, float const* rstd, void* z, int64_t ldz, void* y, int64_t ldy,
+                            int64_t ldw, float const* rstd, void* z, int64_t ldz, void* y, int64_t ldy, bool fp16,
                             cudaStream_t stream) {
-  gemm::KernelOps<SwigluArgs> const* const kernels[] = {&swiglu_kernels::fwd_bf16_coop_128x256x64_c2x1(),
-                                                        &swiglu_kernels::fwd_bf16_pp_128x128x64_c2x1()};
-  gemm::KernelInfo const* const infos[] = {&kernels[0]->info, &kernels[1]->info};
-  gemm::Knobs knobs{};
-  int pick = pinned_config("coda_linear_rowscale_swiglu", infos, 2, &knobs);
-  if (pick < 0) {
-    // Pingpong 128x128 (the SwiGLU epilogue, with 1.5x the plain GEMM's output bytes, overlaps the other
-    // warpgroup's MMA), raster along N, swizzle 8: 0.98-1.01 x cuBLAS on the LLaMA gate/up shapes, where the
-    // cooperative 128x256 took 1.16-1.28 x and the default raster up to 1.4 x (bench/results/fused_h200_*).
-    pick = 1;
-    knobs = raster_n(8);
-  }
+  namespace kn = swiglu_kernels;
+  auto choice = choose_kernel("coda_linear_rowscale_swiglu", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
+                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
+  // Pingpong 128x128 (the SwiGLU epilogue, with 1.5x the plain GEMM's output bytes, overlaps the other
+  // warpgroup's MMA), raster along N, swizzle 8: 0.98-1.01 x cuBLAS on the LLaMA gate/up shapes, where the
+  // cooperative 128x256 took 1.16-1.28 x and the default raster up to 1.4 x (bench/results/fused_h200_*).
+  if (!choice.pinned) choice.knobs = raster_n(8);
+  gemm::Knobs const& knobs = choice.knobs;
   gemm::Operands op;
   op.M = M, op.N = N, op.K = K;
   op.A = h, op.lda = ldh;
@@ -30,7 +26,7 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
   args.rstd = rstd;
   args.y = y;
   args.ldy = ldy;
-  gemm::KernelOps<SwigluArgs> const& k = *kernels[pick];
+  gemm::KernelOps<SwigluArgs> const& k = *choice.ops;
   size_t const need = k.workspace_size(op, args, knobs);
   if (need != 0) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_rowscale_swiglu: kernel ", k.info.config,

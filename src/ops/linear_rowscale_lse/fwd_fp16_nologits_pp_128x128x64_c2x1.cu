@@ -1,0 +1,11 @@
+// F5 linear_rowscale_lse kernel without logits (D = void): forward layout, fp16 in/out, config pp_128x128x64_c2x1
+// (one instantiation per file).
+#include "ops/linear_rowscale_lse/epilogue.hpp"
+
+namespace coda::ops::lse_kernels {
+
+gemm::KernelOps<LseArgs> const& fwd_fp16_nologits_pp_128x128x64_c2x1() {
+  return LseNoLogitsKernel<gemm::config::Pp128x128x64C2x1, cutlass::half_t>::ops();
+}
+
+}  // namespace coda::ops::lse_kernels
