@@ -1,6 +1,8 @@
 // Matrix, float64 GEMMs, row/tile reductions, finite differences and the acceptance rule.
 #include "reference/reference.hpp"
 
+#include "reference/parallel.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -131,7 +133,7 @@ void gemm(const Matrix& a, const Matrix& b, double alpha, bool accumulate, Matri
   } else {
     d = Matrix(a.rows, b.rows);
   }
-  for (int64_t i = 0; i < a.rows; ++i) {
+  detail::for_rows(a.rows, b.rows * a.cols, [&](int64_t i) {
     const double* ai = a.row(i);
     for (int64_t j = 0; j < b.rows; ++j) {
       const double* bj = b.row(j);
@@ -139,7 +141,7 @@ void gemm(const Matrix& a, const Matrix& b, double alpha, bool accumulate, Matri
       for (int64_t k = 0; k < a.cols; ++k) s += ai[k] * bj[k];
       d(i, j) = alpha * s + (accumulate ? d(i, j) : 0.0);
     }
-  }
+  });
 }
 
 Matrix linear(const Matrix& a, const Matrix& w) {

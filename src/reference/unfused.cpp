@@ -10,6 +10,8 @@
 // R(h * rstd) feeding an ordinary GEMM.
 #include "reference/reference.hpp"
 
+#include "reference/parallel.hpp"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -89,7 +91,7 @@ Matrix gemm_fp32(const Matrix& a, const Matrix& b) {
   const std::vector<float> bf = to_float(b);
   const int64_t k_dim = a.cols;
   Matrix out(a.rows, b.rows);
-  for (int64_t i = 0; i < a.rows; ++i) {
+  detail::for_rows(a.rows, b.rows * k_dim, [&](int64_t i) {
     const float* ai = af.data() + i * k_dim;
     for (int64_t j = 0; j < b.rows; ++j) {
       const float* bj = bf.data() + j * k_dim;
@@ -97,7 +99,7 @@ Matrix gemm_fp32(const Matrix& a, const Matrix& b) {
       for (int64_t k = 0; k < k_dim; ++k) s += ai[k] * bj[k];
       out(i, j) = s;
     }
-  }
+  });
   return out;
 }
 
