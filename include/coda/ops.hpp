@@ -138,6 +138,17 @@ inline void cross_entropy(TensorView const& logits, TensorView const& targets, c
   check(coda_cross_entropy(&logits, &targets, &options, grad_loss, hidden_size, &loss_out, dlogits_out, zdz_out,
                            ws.ptr, ws.bytes, stream));
 }
+/// LM head + cross-entropy loss without logits in memory (coda_linear_cross_entropy); lse_out may be nullptr,
+/// chunk_rows 0 = the default.
+inline void linear_cross_entropy(TensorView const& h, TensorView const& w, TensorView const& rstd,
+                                 TensorView const& targets, coda_ce_options const& options, int64_t chunk_rows,
+                                 TensorView& loss_out, TensorView* lse_out, Workspace ws, cudaStream_t stream) {
+  check(coda_linear_cross_entropy(&h, &w, &rstd, &targets, &options, chunk_rows, &loss_out, lse_out, ws.ptr,
+                                  ws.bytes, stream));
+}
+inline size_t linear_cross_entropy_workspace_size(int64_t M, int64_t V, int64_t chunk_rows = 0) {
+  return coda_linear_cross_entropy_workspace_size(M, V, chunk_rows);
+}
 
 // ---- backward ops (coda.h B1-B3) -----------------------------------------------------------------------------
 inline void rope_bwd_zdz(TensorView const& qkv, TensorView const& dqkv, TensorView const& positions,

@@ -637,6 +637,25 @@ TEST(Abi, CppWrapperThrowsWithStatus) {
   EXPECT_TRUE(pool.untouched());
 }
 
+TEST(Abi, CppLinearCrossEntropyWrapper) {
+  TensorPool pool;
+  coda::TensorView h(pool.make(CODA_BF16, {M, K}).data, CODA_BF16, {M, K}, 0);
+  coda::TensorView w(pool.make(CODA_BF16, {N, K}).data, CODA_BF16, {N, K}, 0);
+  coda::TensorView rstd(pool.make(CODA_FP32, {M}).data, CODA_FP32, {M}, 0);
+  coda::TensorView t(pool.make(CODA_INT32, {M}).data, CODA_INT32, {M}, 0);
+  coda::TensorView loss(pool.make(CODA_FP32, {}).data, CODA_FP32, {}, 0);
+  coda::Workspace ws{pool.bytes(coda::linear_cross_entropy_workspace_size(M, N)),
+                     coda::linear_cross_entropy_workspace_size(M, N)};
+  try {
+    coda::linear_cross_entropy(h, w, rstd, t, coda_ce_options_default(), -1, loss, nullptr, ws, nullptr);
+    FAIL() << "expected coda::Error";
+  } catch (coda::Error const& e) {
+    EXPECT_EQ(e.status(), CODA_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("chunk_rows"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(pool.untouched());
+}
+
 TEST(Abi, CppTensorViewTranspose) {
   coda::TensorView v(nullptr, CODA_BF16, {3, 5}, 0);
   coda::TensorView const t = v.t();
