@@ -1,0 +1,105 @@
+// B2's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory), a DAG in
+// fp32 (Sm90TopologicalVisitor, nodes in topological order; the last one is D):
+//
+//    0 acc                      1 alpha (scalar)          2 Dv = acc * alpha
+//    3 x (aux load, vector)     4 rstd (per row)          5 c = x * rstd
+//    6 gamma (per column)       7 c * gamma               8 aux store a = R(c * gamma)
+//    9 Dv * c                  10 dgamma column partials (row reduction over the tile's rows, no final reduce)
+//   11 zdz (per row)           12 c * zdz                13 Dv * gamma
+//   14 Dv * gamma - c * zdz    15 dx_in (C)              16 dx = rstd * (14) + dx_in  -> D
+//
+// MATH.md B2: dx = dx_in + rstd * (D * gamma - c * zdz), a = c * gamma, dgamma = sum_m D * c, with c = x * rstd.
+#pragma once
+
+#include "gemm/fused_linear.hpp"
+#include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
+
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/functional.h>
+#include <cutlass/numeric_types.h>
+
+namespace coda::ops {
+
+struct ResidualRmsnormBwdEpilogue {
+  using Args = ResidualRmsnormBwdArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementD = typename Traits::ElementD;
+    using ElementC = ElementD;  // dx_in
+    using TileShape = typename Traits::TileShape;
+    static constexpr auto kRound = Traits::kRound;
+    template <template <class> class Fn>
+    using Op = cutlass::epilogue::fusion::Sm90Compute<Fn, float, float, kRound>;
+    using RowVec = cute::Stride<cute::_0, cute::_1, int64_t>;
+    using ColVec = cute::Stride<cute::_1, cute::_0, int64_t>;
+    using MatStride = cute::Stride<int64_t, cute::_1, int64_t>;
+
+    using Acc = cutlass::epilogue::fusion::Sm90AccFetch;
+    using Alpha = cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>;
+    using X = cutlass::epilogue::fusion::Sm90AuxLoad<0, typename Traits::EpilogueTile, ElementD, MatStride, void,
+                                                     void>;
+    using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
+    using Gamma = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, RowVec>;
+    using AStore = cutlass::epilogue::fusion::Sm90AuxStore<0, typename Traits::EpilogueTile, ElementD, kRound,
+                                                           MatStride, void, void>;
+    using DgammaPartials = cutlass::epilogue::fusion::Sm90RowReduction<
+        cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape, float, float, kRound, RowVec, 4, true,
+        /*FinalReduction=*/false>;
+    using Zdz = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
+    using DxIn = cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>;
+
+    using Edges = cute::tuple<cute::seq<>,         //  0 acc
+                              cute::seq<>,         //  1 alpha
+                              cute::seq<0, 1>,     //  2 Dv
+                              cute::seq<>,         //  3 x
+                              cute::seq<>,         //  4 rstd
+                              cute::seq<3, 4>,     //  5 c
+                              cute::seq<>,         //  6 gamma
+                              cute::seq<5, 6>,     //  7 c * gamma
+                              cute::seq<7>,        //  8 store a
+                              cute::seq<2, 5>,     //  9 Dv * c
+                              cute::seq<9>,        // 10 dgamma partials
+                              cute::seq<>,         // 11 zdz
+                              cute::seq<5, 11>,    // 12 c * zdz
+                              cute::seq<2, 6>,     // 13 Dv * gamma
+                              cute::seq<13, 12>,   // 14 difference
+                              cute::seq<>,         // 15 dx_in
+                              cute::seq<4, 14, 15>>;  // 16 dx
+    using Fusion = cutlass::epilogue::fusion::Sm90TopologicalVisitor<
+        float, Edges, Acc, Alpha, Op<cutlass::multiplies>, X, Rstd, Op<cutlass::multiplies>, Gamma,
+        Op<cutlass::multiplies>, AStore, Op<cutlass::multiplies>, DgammaPartials, Zdz, Op<cutlass::multiplies>,
+        Op<cutlass::multiplies>, Op<cutlass::minus>, DxIn, Op<cutlass::homogeneous_multiply_add>>;
+
+    /// Arguments: a cute::tuple with one entry per node, in the order above.
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
+      cute::get<1>(out).scalars[0] = args.alpha;
+      auto& x = cute::get<3>(out);
+      x.ptr_aux = static_cast<ElementD const*>(args.x);
+      x.dAux = MatStride{gemm::detail::effective_ld(args.ldx, op.M, op.N, 8), cute::_1{}, 0};
+      auto& rstd = cute::get<4>(out);
+      rstd.ptr_col = args.rstd;
+      rstd.dCol = {cute::_1{}, cute::_0{}, op.M};
+      auto& gamma = cute::get<6>(out);
+      gamma.ptr_row = static_cast<ElementD const*>(args.gamma);
+      gamma.dRow = {cute::_0{}, cute::_1{}, op.N};
+      auto& a = cute::get<8>(out);
+      a.ptr_aux = static_cast<ElementD*>(args.a);
+      a.dAux = MatStride{gemm::detail::effective_ld(args.lda, op.M, op.N, 8), cute::_1{}, 0};
+      auto& dgamma = cute::get<10>(out);
+      dgamma.ptr_row = args.dgamma_partials;
+      dgamma.reduction_identity = 0.0f;
+      dgamma.dRow = {cute::_0{}, cute::_1{}, 0};
+      auto& zdz = cute::get<11>(out);
+      zdz.ptr_col = args.zdz;
+      zdz.dCol = {cute::_1{}, cute::_0{}, op.M};
+    }
+  };
+};
+
+template <class Config, class Element = cutlass::bfloat16_t>
+using ResidualRmsnormBwdKernel = gemm::FusedLinear<Config, ResidualRmsnormBwdEpilogue, Element, Element,
+                                                   cutlass::layout::RowMajor, cutlass::layout::RowMajor>;
+
+}  // namespace coda::ops
