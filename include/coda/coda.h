@@ -67,7 +67,7 @@ CODA_API coda_status coda_device_supported(int device, int* supported, int* majo
  * h and the sums of squares use x in fp32 (GEMM accumulator + residual) before x_out is rounded to the dtype, so
  * rstd and h match the fp32 x, not bit for bit the stored x. One fused GEMM launch + the rmsnorm_rstd reduce.
  * Kernels: bf16; fp16 kernels are compiled but return CODA_ERROR_NOT_IMPLEMENTED after validation until verified
- * on a GPU (CODA_EXPERIMENTAL_FP16=1 enables them).
+ * on a GPU (CODA_EXPERIMENTAL=1 enables them).
  * \param a         [M,K] bf16|fp16, row-major.
  * \param w         [N,K] same dtype, row-major (nn.Linear weight).
  * \param residual  [M,N] same dtype. May alias x_out (in-place residual update); must not alias h_out.
@@ -107,7 +107,7 @@ CODA_API coda_status coda_rmsnorm_prepare(const coda_tensor* x, const coda_tenso
 /**
  * F2: y = diag(rstd) (h w^T) — the second half of RMSNorm-then-linear (rstd * accumulator in fp32, rounded once).
  * Kernels: bf16; fp16 kernels are compiled but return CODA_ERROR_NOT_IMPLEMENTED after validation until verified
- * on a GPU (CODA_EXPERIMENTAL_FP16=1 enables them).
+ * on a GPU (CODA_EXPERIMENTAL=1 enables them).
  * \param h [M,K] bf16|fp16 row-major. \param w [N,K] same dtype. \param rstd [M] fp32.
  * \param y_out [M,N] same dtype.
  */

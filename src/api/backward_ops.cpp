@@ -7,6 +7,7 @@
 #include "api/checks.hpp"
 #include "api/guard.hpp"
 #include "kernels/kernels.hpp"
+#include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -93,7 +94,8 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
 }
 
 CODA_API size_t coda_linear_residual_rmsnorm_bwd_workspace_size(int64_t M, int64_t N) {
-  return col_partials_bytes(M, N);
+  // Column partials (an upper bound over the CTA tiles), then alpha * zdz [M].
+  return M <= 0 ? 0 : col_partials_bytes(M, N) + api::round_up_256(static_cast<size_t>(M) * sizeof(float));
 }
 
 CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, const coda_tensor* w,
@@ -120,8 +122,24 @@ CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, con
     api::check_disjoint({A, DG}, {DZ, W, X, G, S, ZD, DXI, DX});
     api::require_workspace("coda_linear_residual_rmsnorm_bwd", workspace, workspace_bytes,
                            coda_linear_residual_rmsnorm_bwd_workspace_size(s.M, s.N));
-    api::require_same_device({DZ, W, X, G, S, ZD, DXI, DX, A, DG});
-    api::not_implemented("coda_linear_residual_rmsnorm_bwd", "issue 5: backward fused kernels");
+    int const device = api::require_same_device({DZ, W, X, G, S, ZD, DXI, DX, A, DG});
+    if (DZ.dtype() != CODA_BF16) {
+      fail(CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_residual_rmsnorm_bwd: fp16 kernels not built yet (bf16 only)");
+    }
+    api::require_verified("coda_linear_residual_rmsnorm_bwd", "the fused kernel is");
+    api::require_kernel_device(device, {DZ, W, X, G, S, ZD, DXI, DX, A, DG});
+    if (s.M == 0) {  // nothing to launch but dgamma = 0 (an empty sum)
+      CODA_CUDA_CHECK(cudaMemsetAsync(dgamma_out->data, 0, static_cast<size_t>(s.N) * sizeof(float),
+                                      static_cast<cudaStream_t>(stream)));
+      return;
+    }
+    auto ld = [](Arg t, int64_t cols) { return t.size(0) > 1 ? t.stride(0) : cols; };
+    coda::ops::linear_residual_rmsnorm_bwd(
+        s.M, s.N, s.K, dz->data, ld(DZ, s.K), w->data, ld(W, s.N), x->data, ld(X, s.N), gamma->data,
+        static_cast<float const*>(rstd->data), static_cast<float const*>(zdz->data),
+        dx_in != nullptr ? dx_in->data : nullptr, dx_in != nullptr ? ld(DXI, s.N) : 0, alpha, dx_out->data,
+        ld(DX, s.N), a_out->data, ld(A, s.N), static_cast<float*>(dgamma_out->data), workspace, workspace_bytes,
+        static_cast<cudaStream_t>(stream));
   });
 }
 

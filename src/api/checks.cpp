@@ -77,13 +77,17 @@ void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source) {
   }
 }
 
+void require_verified(char const* op, char const* what) {
+  char const* gate = std::getenv("CODA_EXPERIMENTAL");
+  if (gate == nullptr || std::string(gate) != "1") {
+    fail(CODA_ERROR_NOT_IMPLEMENTED, op, ": ", what, " compiled but not yet verified on a GPU; set ",
+         "CODA_EXPERIMENTAL=1 to use it");
+  }
+}
+
 bool fused_fp16(char const* op, Arg like) {
   if (like.dtype() != CODA_FP16) return false;
-  char const* gate = std::getenv("CODA_EXPERIMENTAL_FP16");
-  if (gate == nullptr || std::string(gate) != "1") {
-    fail(CODA_ERROR_NOT_IMPLEMENTED, op, ": the fp16 kernels are compiled but not yet verified on a GPU; set ",
-         "CODA_EXPERIMENTAL_FP16=1 to use them (bf16 is supported)");
-  }
+  require_verified(op, "the fp16 kernels are");
   return true;
 }
 

@@ -112,6 +112,14 @@ void rope_bwd_zdz(RopeBwdArgs const& args, cudaStream_t stream);
 void expand_rope_inv_freq(float const* inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
                           float* out, cudaStream_t stream);
 
+// ---- column partials (column_sum.cu) ----------------------------------------------------------------------------
+
+/// out[n] = sum_{t = 0 .. tiles-1} partials[t * ld + n] (double accumulation, fixed order), n < N; e.g. B2's dgamma
+/// from the dgrad epilogue's per-M-tile column partials. partials [tiles, ld >= N] fp32, out [N] fp32.
+void column_sum(float const* partials, int64_t tiles, int64_t ld, int64_t N, float* out, cudaStream_t stream);
+/// out[i] = alpha * in[i], i < n (fp32; B2 scales zdz by alpha before its epilogue reads it).
+void scale_vector(float const* in, float alpha, int64_t n, float* out, cudaStream_t stream);
+
 // ---- F5 log-sum-exp finish (lse_finish.cu) ----------------------------------------------------------------------
 
 struct LseFinishArgs {

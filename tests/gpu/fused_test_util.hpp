@@ -23,17 +23,17 @@ inline std::vector<char const*> fused_configs(coda_dtype dtype) {
   return {std::begin(kFusedConfigs), std::end(kFusedConfigs)};
 }
 
-/// Switches a test file's dtype variable to fp16 and opens the experimental fp16 gate (CODA_EXPERIMENTAL_FP16=1)
+/// Switches a test file's dtype variable to fp16 and opens the experimental fp16 gate (CODA_EXPERIMENTAL=1)
 /// for the object's lifetime; restores bf16 and closes the gate after.
 class UseFp16 {
  public:
   explicit UseFp16(coda_dtype& dtype) : dtype_(dtype) {
     dtype_ = CODA_FP16;
-    setenv("CODA_EXPERIMENTAL_FP16", "1", 1);
+    setenv("CODA_EXPERIMENTAL", "1", 1);
   }
   ~UseFp16() {
     dtype_ = CODA_BF16;
-    unsetenv("CODA_EXPERIMENTAL_FP16");
+    unsetenv("CODA_EXPERIMENTAL");
   }
   UseFp16(UseFp16 const&) = delete;
   UseFp16& operator=(UseFp16 const&) = delete;

@@ -5,10 +5,12 @@
 //    3 x (aux load, vector)     4 rstd (per row)          5 c = x * rstd
 //    6 gamma (per column)       7 c * gamma               8 aux store a = R(c * gamma)
 //    9 Dv * c                  10 dgamma column partials (row reduction over the tile's rows, no final reduce)
-//   11 zdz (per row)           12 c * zdz                13 Dv * gamma
-//   14 Dv * gamma - c * zdz    15 dx_in (C)              16 dx = rstd * (14) + dx_in  -> D
+//   11 zdz' (per row)          12 c * zdz'               13 Dv * gamma
+//   14 Dv * gamma - c * zdz'   15 dx_in (C)              16 dx = rstd * (14) + dx_in  -> D
 //
-// MATH.md B2: dx = dx_in + rstd * (D * gamma - c * zdz), a = c * gamma, dgamma = sum_m D * c, with c = x * rstd.
+// coda.h B2: D = alpha acc, dx = dx_in + rstd * (D * gamma - alpha * c * zdz), a = c * gamma, dgamma = sum_m D c,
+// with c = x * rstd. zdz' = alpha * zdz is prepared by the dispatch (alpha scales zdz too: it is the row dot of the
+// dz passed in); folding alpha into the DAG as one more node made the pingpong kernel spill 32 bytes.
 #pragma once
 
 #include "gemm/fused_linear.hpp"

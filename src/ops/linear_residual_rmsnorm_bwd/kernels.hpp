@@ -2,12 +2,13 @@
 // epilogue. CUTLASS-free interface: the epilogue arguments and the getters of the compiled kernels (one per
 // src/ops/linear_residual_rmsnorm_bwd/<config>.cu).
 //
-// Status (issue 5): the epilogue program and its kernel compile; the dispatch, the dgamma finishing kernel, the
-// C ABI wiring and the GPU tests are the next step (coda_linear_residual_rmsnorm_bwd still returns
-// CODA_ERROR_NOT_IMPLEMENTED).
+// Status (issue 5): built, not yet verified on a GPU: coda_linear_residual_rmsnorm_bwd runs it only with
+// CODA_EXPERIMENTAL=1 (api::require_verified); the GPU tests (FusedBackward*) set it.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
+
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 
@@ -21,7 +22,7 @@ struct ResidualRmsnormBwdArgs {
   int64_t ldx = 0;
   void const* gamma = nullptr;     ///< [N] bf16
   float const* rstd = nullptr;     ///< [M] fp32
-  float const* zdz = nullptr;      ///< [M] fp32 row dot from the next layer (MATH.md rewrite 2)
+  float const* zdz = nullptr;      ///< [M] fp32 alpha * (row dot from the next layer, MATH.md rewrite 2)
   void* a = nullptr;               ///< [M,N] bf16 out: recomputed normalized input c * gamma, row stride lda
   int64_t lda = 0;
   float* dgamma_partials = nullptr;  ///< [ceil(M/CTA_M), round_up(N,CTA_N)] fp32 column partials of D * c
@@ -30,5 +31,16 @@ struct ResidualRmsnormBwdArgs {
 namespace residual_rmsnorm_bwd_kernels {
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
 }  // namespace residual_rmsnorm_bwd_kernels
+
+/// B2 on bf16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N], x [M,N], gamma [N], rstd and
+/// zdz [M] fp32, dx_in nullptr or [M,N] (may be dx), dx and a [M,N], dgamma [N] fp32. `workspace` holds the
+/// column partials (at least coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes, 16-byte aligned).
+/// Enqueues (a zero fill of dx when dx_in is nullptr,) the fused dgrad GEMM and the dgamma finishing kernel on
+/// `stream`. Throws coda::detail::Error.
+void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* dz, int64_t ldz, void const* w,
+                                 int64_t ldw, void const* x, int64_t ldx, void const* gamma, float const* rstd,
+                                 float const* zdz, void const* dx_in, int64_t ld_dx_in, float alpha, void* dx,
+                                 int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, void* workspace,
+                                 size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace coda::ops

@@ -1,0 +1,77 @@
+// B2 dispatch (host only, no CUTLASS): the fused dgrad GEMM (dx, a, dgamma column partials), then the dgamma
+// finishing reduce. One compiled config so far (pingpong 128x128, bf16).
+#include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
+
+#include "common/error.hpp"
+#include "kernels/kernels.hpp"
+#include "ops/op_config.hpp"
+
+#include <cstdint>
+
+namespace coda::ops {
+
+void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* dz, int64_t ldz, void const* w,
+                                 int64_t ldw, void const* x, int64_t ldx, void const* gamma, float const* rstd,
+                                 float const* zdz, void const* dx_in, int64_t ld_dx_in, float alpha, void* dx,
+                                 int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, void* workspace,
+                                 size_t workspace_bytes, cudaStream_t stream) {
+  gemm::KernelOps<ResidualRmsnormBwdArgs> const& k = residual_rmsnorm_bwd_kernels::dgrad_bf16_pp_128x128x64_c2x1();
+  gemm::KernelInfo const* const infos[] = {&k.info};
+  gemm::Knobs knobs = raster_n(1);
+  gemm::Knobs pinned_knobs{};
+  if (pinned_config("coda_linear_residual_rmsnorm_bwd", infos, 1, &pinned_knobs) >= 0) knobs = pinned_knobs;
+
+  // Workspace: column partials [ceil(M / CTA_M), round_up(N, CTA_N)] fp32, n-major (Sm90RowReduction, no final
+  // reduce), then alpha * zdz [M] when alpha != 1.
+  int64_t const tiles = (M + k.info.tile_m - 1) / k.info.tile_m;
+  int64_t const n_pad = (N + k.info.tile_n - 1) / k.info.tile_n * k.info.tile_n;
+  size_t const partial_bytes = (static_cast<size_t>(tiles * n_pad) * sizeof(float) + 255) / 256 * 256;
+  size_t const need_partials = partial_bytes + (alpha != 1.0f ? static_cast<size_t>(M) * sizeof(float) : 0);
+  if (workspace_bytes < need_partials || workspace == nullptr ||
+      (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {
+    coda::detail::fail(CODA_ERROR_WORKSPACE, "coda_linear_residual_rmsnorm_bwd: kernel ", k.info.config, " needs ",
+                       need_partials, " bytes of 16-byte aligned workspace for the dgamma partials, got ",
+                       workspace_bytes);
+  }
+  float const* zdz_alpha = zdz;
+  if (alpha != 1.0f) {
+    auto* const scaled = reinterpret_cast<float*>(static_cast<char*>(workspace) + partial_bytes);
+    kernels::scale_vector(zdz, alpha, M, scaled, stream);
+    zdz_alpha = scaled;
+  }
+  // Without dx_in the epilogue still reads C: give it dx itself, zero-filled (dx = 0 + ...).
+  void const* c = dx_in;
+  int64_t ldc = ld_dx_in;
+  if (c == nullptr) {
+    CODA_CUDA_CHECK(cudaMemset2DAsync(dx, static_cast<size_t>(ld_dx) * 2, 0, static_cast<size_t>(N) * 2,
+                                      static_cast<size_t>(M), stream));
+    c = dx;
+    ldc = ld_dx;
+  }
+
+  gemm::Operands op;
+  op.M = M, op.N = N, op.K = Nd;
+  op.A = dz, op.lda = ldz;
+  op.B = w, op.ldb = ldw;
+  op.C = c, op.ldc = ldc;
+  op.D = dx, op.ldd = ld_dx;
+  ResidualRmsnormBwdArgs args;
+  args.alpha = alpha;
+  args.x = x;
+  args.ldx = ldx;
+  args.gamma = gamma;
+  args.rstd = rstd;
+  args.zdz = zdz_alpha;
+  args.a = a;
+  args.lda = ld_a;
+  args.dgamma_partials = static_cast<float*>(workspace);
+  size_t const need = k.workspace_size(op, args, knobs);
+  if (need != 0) {
+    coda::detail::fail(CODA_ERROR_INTERNAL, "coda_linear_residual_rmsnorm_bwd: kernel ", k.info.config,
+                       " unexpectedly needs ", need, " bytes of CUTLASS workspace");
+  }
+  k.run(op, args, knobs, nullptr, 0, stream);
+  kernels::column_sum(args.dgamma_partials, tiles, n_pad, N, dgamma, stream);
+}
+
+}  // namespace coda::ops
