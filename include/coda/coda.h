@@ -273,6 +273,9 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
  * \param alpha scale of dz (1 normally; e.g. upstream gradient / token count for the LM head).
  * \param dx_out [M,N]; may alias dx_in exactly (in-place accumulation), must not alias x or a_out.
  * \param a_out [M,N] same dtype. \param dgamma_out [N] fp32.
+ * Kernels: bf16, compiled but not yet verified on a GPU: CODA_ERROR_NOT_IMPLEMENTED after validation unless
+ * CODA_EXPERIMENTAL=1 (fp16: not built). Without dx_in, dx_out is zero-filled first and read back as C.
+ * Workspace: coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes (dgamma column partials, alpha * zdz).
  */
 CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, const coda_tensor* w,
                                                       const coda_tensor* x, const coda_tensor* gamma,
