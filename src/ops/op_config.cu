@@ -41,8 +41,4 @@ gemm::Knobs raster_n(int swizzle) {
   return k;
 }
 
-int64_t tile_count(gemm::KernelInfo const& info, int64_t M, int64_t N) {
-  return ((M + info.tile_m - 1) / info.tile_m) * ((N + info.tile_n - 1) / info.tile_n);
-}
-
 }  // namespace coda::ops

@@ -43,7 +43,4 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
 /// kernels on the LLaMA shapes (bench/results/fused_h200_*: the default heuristic raster lost up to 25 %).
 gemm::Knobs raster_n(int swizzle);
 
-/// Output tiles of a kernel's CTA tile on an M x N output.
-int64_t tile_count(gemm::KernelInfo const& info, int64_t M, int64_t N);
-
 }  // namespace coda::ops
