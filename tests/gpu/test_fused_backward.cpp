@@ -30,12 +30,6 @@ using coda::test::strided_tensor;
 constexpr coda_dtype kDt = CODA_BF16;
 constexpr int64_t kPad = 8;
 
-/// Opens the CODA_EXPERIMENTAL gate for the object's lifetime.
-struct Experimental {
-  Experimental() { setenv("CODA_EXPERIMENTAL", "1", 1); }
-  ~Experimental() { unsetenv("CODA_EXPERIMENTAL"); }
-};
-
 struct B2Case {
   int64_t M, Nd, N;  // dz [M,Nd], w [Nd,N]
   double alpha;
@@ -104,7 +98,7 @@ void check_b2(B2Data const& d, bool print) {
   coda_tensor tdx = strided_tensor(out_buf.get(), kDt, c.M, c.N, ld);
   coda_tensor ta = strided_tensor(da.get(), kDt, c.M, c.N, ld);
   coda_tensor tdg = coda::test::device_tensor(ddg.get(), CODA_FP32, {c.N});
-  Experimental const gate;
+  coda::test::ExperimentalGate const gate;
   std::vector<uint16_t> dx_first, a_first;
   std::vector<float> dg_first;
   for (int rep = 0; rep < 2; ++rep) {
