@@ -66,8 +66,7 @@ CODA_API coda_status coda_device_supported(int device, int* supported, int* majo
  *   rstd[m] = 1 / sqrt(mean_n x[m,n]^2 + eps)   (from per-tile partial sums of squares, finished deterministically)
  * h and the sums of squares use x in fp32 (GEMM accumulator + residual) before x_out is rounded to the dtype, so
  * rstd and h match the fp32 x, not bit for bit the stored x. One fused GEMM launch + the rmsnorm_rstd reduce.
- * Kernels: bf16; fp16 kernels are compiled but return CODA_ERROR_NOT_IMPLEMENTED after validation until verified
- * on a GPU (CODA_EXPERIMENTAL=1 enables them).
+ * Kernels: bf16 and fp16.
  * \param a         [M,K] bf16|fp16, row-major.
  * \param w         [N,K] same dtype, row-major (nn.Linear weight).
  * \param residual  [M,N] same dtype. May alias x_out (in-place residual update); must not alias h_out.
@@ -106,8 +105,7 @@ CODA_API coda_status coda_rmsnorm_prepare(const coda_tensor* x, const coda_tenso
 
 /**
  * F2: y = diag(rstd) (h w^T) — the second half of RMSNorm-then-linear (rstd * accumulator in fp32, rounded once).
- * Kernels: bf16; fp16 kernels are compiled but return CODA_ERROR_NOT_IMPLEMENTED after validation until verified
- * on a GPU (CODA_EXPERIMENTAL=1 enables them).
+ * Kernels: bf16 and fp16.
  * \param h [M,K] bf16|fp16 row-major. \param w [N,K] same dtype. \param rstd [M] fp32.
  * \param y_out [M,N] same dtype.
  */
@@ -273,8 +271,7 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
  * \param alpha scale of dz (1 normally; e.g. upstream gradient / token count for the LM head).
  * \param dx_out [M,N]; may alias dx_in exactly (in-place accumulation), must not alias x or a_out.
  * \param a_out [M,N] same dtype. \param dgamma_out [N] fp32.
- * Kernels: bf16, compiled but not yet verified on a GPU: CODA_ERROR_NOT_IMPLEMENTED after validation unless
- * CODA_EXPERIMENTAL=1 (fp16: not built). Without dx_in, dx_out is zero-filled first and read back as C.
+ * Kernels: bf16 (fp16: CODA_ERROR_NOT_IMPLEMENTED). Without dx_in, dx_out is zero-filled first and read back as C.
  * Workspace: coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes (dgamma column partials, alpha * zdz).
  */
 CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, const coda_tensor* w,

@@ -77,20 +77,6 @@ void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source) {
   }
 }
 
-void require_verified(char const* op, char const* what) {
-  char const* gate = std::getenv("CODA_EXPERIMENTAL");
-  if (gate == nullptr || std::string(gate) != "1") {
-    fail(CODA_ERROR_NOT_IMPLEMENTED, op, ": ", what, " compiled but not yet verified on a GPU; set ",
-         "CODA_EXPERIMENTAL=1 to use it");
-  }
-}
-
-bool fused_fp16(char const* op, Arg like) {
-  if (like.dtype() != CODA_FP16) return false;
-  require_verified(op, "the fp16 kernels are");
-  return true;
-}
-
 void check_eps(float eps) {
   if (!(eps > 0.0f) || !std::isfinite(eps)) {
     fail(CODA_ERROR_INVALID_ARGUMENT, "eps: must be finite and > 0, got ", eps);

@@ -25,13 +25,6 @@ int64_t check_rope_args(Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t 
 void check_ce_options(coda_ce_options const& o);
 /// The loss output of a cross-entropy op: fp32, [M] for reduction none (per_row), else a rank-0 scalar.
 void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source);
-/// Kernels that are compiled but not yet verified on a GPU run only when the environment sets
-/// CODA_EXPERIMENTAL=1 (the GPU tests do); otherwise CODA_ERROR_NOT_IMPLEMENTED naming the op and `what`.
-void require_verified(char const* op, char const* what);
-/// Whether a fused GEMM op runs its fp16 kernels (`like` is its bf16|fp16 input). The fp16 kernels are compiled
-/// but have not yet been verified on a GPU: until they are, fp16 goes through require_verified. Checked after
-/// validation, before any launch.
-bool fused_fp16(char const* op, Arg like);
 /// eps > 0 and finite.
 void check_eps(float eps);
 

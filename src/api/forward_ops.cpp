@@ -58,7 +58,7 @@ CODA_API coda_status coda_linear_residual_rmsnorm(const coda_tensor* a, const co
     api::require_workspace("coda_linear_residual_rmsnorm", workspace, workspace_bytes,
                            coda_linear_residual_rmsnorm_workspace_size(s.M, s.N));
     int const device = api::require_same_device({A, W, R, G, X, H, S});
-    bool const fp16 = api::fused_fp16("coda_linear_residual_rmsnorm", A);
+    bool const fp16 = A.dtype() == CODA_FP16;
     api::require_kernel_device(device, {A, W, R, G, X, H, S});
     if (s.M == 0) return;
     coda::ops::linear_residual_rmsnorm(s.M, s.N, s.K, a->data, row_stride(A, s.K), w->data, row_stride(W, s.K),
@@ -143,7 +143,7 @@ CODA_API coda_status coda_linear_rowscale(const coda_tensor* h, const coda_tenso
     api::require_workspace("coda_linear_rowscale", workspace, workspace_bytes,
                            coda_linear_rowscale_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, Y});
-    bool const fp16 = api::fused_fp16("coda_linear_rowscale", Hh);
+    bool const fp16 = Hh.dtype() == CODA_FP16;
     api::require_kernel_device(device, {Hh, W, S, Y});
     if (s.M == 0) return;
     coda::ops::linear_rowscale(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
@@ -170,7 +170,7 @@ CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const cod
     api::require_workspace("coda_linear_rowscale_swiglu", workspace, workspace_bytes,
                            coda_linear_rowscale_swiglu_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, Z, Y});
-    bool const fp16 = api::fused_fp16("coda_linear_rowscale_swiglu", Hh);
+    bool const fp16 = Hh.dtype() == CODA_FP16;
     api::require_kernel_device(device, {Hh, W, S, Z, Y});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_swiglu(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_gu->data, row_stride(W, s.K),
@@ -200,7 +200,7 @@ CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_
     api::require_workspace("coda_linear_rowscale_rope", workspace, workspace_bytes,
                            coda_linear_rowscale_rope_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, P, F, Q});
-    bool const fp16 = api::fused_fp16("coda_linear_rowscale_rope", Hh);
+    bool const fp16 = Hh.dtype() == CODA_FP16;
     api::require_kernel_device(device, {Hh, W, S, P, F, Q});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_rope(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_qkv->data, row_stride(W, s.K),
@@ -238,7 +238,7 @@ CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_t
     api::require_workspace("coda_linear_rowscale_lse", workspace, workspace_bytes,
                            coda_linear_rowscale_lse_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, T, L, TL, LG});
-    bool const fp16 = api::fused_fp16("coda_linear_rowscale_lse", Hh);
+    bool const fp16 = Hh.dtype() == CODA_FP16;
     api::require_kernel_device(device, {Hh, W, S, T, L, TL, LG});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_lse(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),

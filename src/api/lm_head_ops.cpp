@@ -39,7 +39,7 @@ CODA_API coda_status coda_linear_cross_entropy(const coda_tensor* h, const coda_
     api::require_workspace("coda_linear_cross_entropy", workspace, workspace_bytes,
                            coda_linear_cross_entropy_workspace_size(s.M, s.N, chunk_rows));
     int const device = api::require_same_device({Hh, W, S, T, L, LS});
-    bool const fp16 = api::fused_fp16("coda_linear_cross_entropy", Hh);
+    bool const fp16 = Hh.dtype() == CODA_FP16;
     api::require_kernel_device(device, {Hh, W, S, T, L, LS});
     auto const st = static_cast<cudaStream_t>(stream);
     if (s.M == 0) {

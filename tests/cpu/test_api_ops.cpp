@@ -33,14 +33,6 @@ struct RowScale {
 
 // ---- ops whose kernels come with later issues ----------------------------------------------------------------
 
-TEST(NotYetBuilt, LinearRowscaleSwigluFp16) {
-  RowScale f;
-  auto& pool = f.pool;
-  coda_tensor z = pool.make(CODA_FP16, {M, N}), y = pool.make(CODA_FP16, {M, N / 2});
-  EXPECT_REJECTED(coda_linear_rowscale_swiglu(&f.h, &f.w, &f.rstd, &z, &y, f.ws, f.ws_bytes, nullptr),
-                  CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_rowscale_swiglu", "CODA_EXPERIMENTAL");
-}
-
 TEST(DeviceStage, LinearRowscaleSwiglu) {
   TensorPool pool;
   coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
@@ -104,18 +96,14 @@ struct LinearCe {
   }
 };
 
-// The fp16 kernels are gated until verified on a GPU: with the gate open, valid fp16 arguments reach the device.
-TEST(DeviceStage, Fp16BehindTheExperimentalGate) {
-  setenv("CODA_EXPERIMENTAL", "1", 1);
+// Valid fp16 arguments pass validation and reach the device.
+TEST(DeviceStage, Fp16) {
   RowScale f;
   auto& pool = f.pool;
   coda_tensor y = pool.make(CODA_FP16, {M, N});
   EXPECT_DEVICE_STAGE(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), "h:");
   coda_tensor z = pool.make(CODA_FP16, {M, N}), yh = pool.make(CODA_FP16, {M, N / 2});
   EXPECT_DEVICE_STAGE(coda_linear_rowscale_swiglu(&f.h, &f.w, &f.rstd, &z, &yh, f.ws, f.ws_bytes, nullptr), "h:");
-  unsetenv("CODA_EXPERIMENTAL");
-  EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), CODA_ERROR_NOT_IMPLEMENTED,
-                  "coda_linear_rowscale", "CODA_EXPERIMENTAL");
 }
 
 TEST(DeviceStage, LinearCrossEntropy) {
@@ -160,12 +148,12 @@ TEST(DeviceStage, LinearRowscaleLse) {
   EXPECT_DEVICE_STAGE(f.call(), "h:");
 }
 
-TEST(NotYetBuilt, LinearRowscaleLseFp16) {
+TEST(DeviceStage, LinearRowscaleLseFp16) {
   Lse f;
   auto& pool = f.pool;
   f.h = pool.make(CODA_FP16, {M, K});
   f.w = pool.make(CODA_FP16, {N, K});
-  EXPECT_REJECTED(f.call(), CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_rowscale_lse", "CODA_EXPERIMENTAL");
+  EXPECT_DEVICE_STAGE(f.call(), "h:");
 }
 
 TEST(OpRules, LseWorkspace) {
@@ -231,14 +219,14 @@ TEST(DeviceStage, LinearResidualRmsnorm) {
                       "a:");
 }
 
-TEST(NotYetBuilt, LinearResidualRmsnormFp16) {
+TEST(DeviceStage, LinearResidualRmsnormFp16) {
   TensorPool pool;
   coda_tensor a = pool.make(CODA_FP16, {M, K}), w = pool.make(CODA_FP16, {N, K});
   coda_tensor r = pool.make(CODA_FP16, {M, N}), g = pool.make(CODA_FP16, {N});
   coda_tensor x = pool.make(CODA_FP16, {M, N}), h = pool.make(CODA_FP16, {M, N}), s = pool.make(CODA_FP32, {M});
   size_t const wsb = coda_linear_residual_rmsnorm_workspace_size(M, N);
-  EXPECT_REJECTED(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &x, &h, &s, pool.bytes(wsb), wsb, nullptr),
-                  CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_residual_rmsnorm", "CODA_EXPERIMENTAL");
+  EXPECT_DEVICE_STAGE(coda_linear_residual_rmsnorm(&a, &w, &r, &g, 1e-6f, &x, &h, &s, pool.bytes(wsb), wsb, nullptr),
+                      "a:");
 }
 
 TEST(DeviceStage, LinearRowscale) {
@@ -246,14 +234,6 @@ TEST(DeviceStage, LinearRowscale) {
   coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
   coda_tensor rstd = pool.make(CODA_FP32, {M}), y = pool.make(CODA_BF16, {M, N});
   EXPECT_DEVICE_STAGE(coda_linear_rowscale(&h, &w, &rstd, &y, nullptr, 0, nullptr), "h:");
-}
-
-TEST(NotYetBuilt, LinearRowscaleFp16) {
-  RowScale f;
-  auto& pool = f.pool;
-  coda_tensor y = pool.make(CODA_FP16, {M, N});
-  EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), CODA_ERROR_NOT_IMPLEMENTED,
-                  "coda_linear_rowscale", "CODA_EXPERIMENTAL");
 }
 
 TEST(DeviceStage, CrossEntropy) {
@@ -309,16 +289,11 @@ struct B2 {
   }
 };
 
-// B2's kernel is built but not yet GPU-verified: gated behind CODA_EXPERIMENTAL=1.
-TEST(NotYetBuilt, LinearResidualRmsnormBwdIsGated) {
+TEST(DeviceStage, LinearResidualRmsnormBwd) {
   B2 f;
   auto& pool = f.pool;
-  EXPECT_REJECTED(f.call(nullptr), CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_residual_rmsnorm_bwd",
-                  "CODA_EXPERIMENTAL");
-  setenv("CODA_EXPERIMENTAL", "1", 1);
   EXPECT_DEVICE_STAGE(f.call(nullptr), "dz:");
   EXPECT_DEVICE_STAGE(f.call(&f.dx), "dz:");  // in-place accumulation
-  unsetenv("CODA_EXPERIMENTAL");
 }
 
 TEST(NotYetBuilt, LinearSwigluBwdZdz) {

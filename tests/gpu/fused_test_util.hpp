@@ -23,17 +23,7 @@ inline std::vector<char const*> fused_configs(coda_dtype dtype) {
   return {std::begin(kFusedConfigs), std::end(kFusedConfigs)};
 }
 
-/// Opens the CODA_EXPERIMENTAL gate (kernels compiled but not yet GPU-verified) for the object's lifetime.
-class ExperimentalGate {
- public:
-  ExperimentalGate() { setenv("CODA_EXPERIMENTAL", "1", 1); }
-  ~ExperimentalGate() { unsetenv("CODA_EXPERIMENTAL"); }
-  ExperimentalGate(ExperimentalGate const&) = delete;
-  ExperimentalGate& operator=(ExperimentalGate const&) = delete;
-};
-
-/// Switches a test file's dtype variable to fp16 and opens the experimental fp16 gate (CODA_EXPERIMENTAL=1)
-/// for the object's lifetime; restores bf16 and closes the gate after.
+/// Switches a test file's dtype variable to fp16 for the object's lifetime; restores bf16 after.
 class UseFp16 {
  public:
   explicit UseFp16(coda_dtype& dtype) : dtype_(dtype) { dtype_ = CODA_FP16; }
@@ -42,7 +32,6 @@ class UseFp16 {
   UseFp16& operator=(UseFp16 const&) = delete;
 
  private:
-  ExperimentalGate gate_;
   coda_dtype& dtype_;
 };
 

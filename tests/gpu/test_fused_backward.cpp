@@ -1,8 +1,7 @@
 // GPU tests of B2 coda_linear_residual_rmsnorm_bwd (dgrad GEMM + RMSNorm backward epilogue) against the float64
 // reference with the acceptance rule on dx, a and dgamma; alpha 1 and 0.5, with and without dx_in, in place over
-// dx_in; outputs and workspace poisoned before each run, two runs bit-identical. The kernel is gated behind
-// CODA_EXPERIMENTAL=1 until these pass on a GPU (the tests set it). `FusedBackwardSanitize.*` is the small case for
-// compute-sanitizer. Every test skips without an sm_90 GPU.
+// dx_in; outputs and workspace poisoned before each run, two runs bit-identical. `FusedBackwardSanitize.*` is the
+// small case for compute-sanitizer. Every test skips without an sm_90 GPU.
 #include <coda/coda.h>
 #include <gtest/gtest.h>
 
@@ -98,7 +97,6 @@ void check_b2(B2Data const& d, bool print) {
   coda_tensor tdx = strided_tensor(out_buf.get(), kDt, c.M, c.N, ld);
   coda_tensor ta = strided_tensor(da.get(), kDt, c.M, c.N, ld);
   coda_tensor tdg = coda::test::device_tensor(ddg.get(), CODA_FP32, {c.N});
-  coda::test::ExperimentalGate const gate;
   std::vector<uint16_t> dx_first, a_first;
   std::vector<float> dg_first;
   for (int rep = 0; rep < 2; ++rep) {

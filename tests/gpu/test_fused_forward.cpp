@@ -296,7 +296,7 @@ TEST(FusedForwardSanitize, LinearResidualRmsnormSmall) {
   }
 }
 
-// fp16 (compiled, behind CODA_EXPERIMENTAL until these pass on a GPU): the pingpong kernels.
+// fp16: the pingpong kernels.
 TEST(FusedForwardFp16, RowscaleAndResidualRmsnorm) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);

@@ -400,7 +400,7 @@ TEST(FusedLseSanitize, Small) {
   check_all(d, false);
 }
 
-// fp16 (compiled, behind CODA_EXPERIMENTAL until these pass on a GPU): the pingpong kernels, both variants.
+// fp16: the pingpong kernels, both variants.
 TEST(FusedLseFp16, Shapes) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);

@@ -360,7 +360,7 @@ TEST(FusedSwigluRopeSanitize, RopeSmall) {
   for (char const* config : coda::test::fused_configs(g_dt)) check_rope(d, config, false, config == nullptr);
 }
 
-// fp16 (compiled, behind CODA_EXPERIMENTAL until these pass on a GPU): the pingpong kernels.
+// fp16: the pingpong kernels.
 TEST(FusedForwardFp16, SwigluShapes) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);

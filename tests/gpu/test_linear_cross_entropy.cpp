@@ -159,7 +159,7 @@ TEST(LinearCrossEntropySanitize, Small) {
   check_case({130, 600, 200, opts(CODA_REDUCTION_NONE), 0, true}, 13, false);
 }
 
-// fp16 (compiled, behind CODA_EXPERIMENTAL until these pass on a GPU).
+// fp16.
 TEST(LinearCrossEntropyFp16, Options) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);

@@ -1,9 +1,6 @@
 // B2 coda_linear_residual_rmsnorm_bwd (MATH.md B2): dgrad GEMM D = alpha * dz W with the RMSNorm backward in its
 // epilogue. CUTLASS-free interface: the epilogue arguments and the getters of the compiled kernels (one per
 // src/ops/linear_residual_rmsnorm_bwd/<config>.cu).
-//
-// Status (issue 5): built, not yet verified on a GPU: coda_linear_residual_rmsnorm_bwd runs it only with
-// CODA_EXPERIMENTAL=1 (api::require_verified); the GPU tests (FusedBackward*) set it.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
