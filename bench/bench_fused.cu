@@ -37,6 +37,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "bench_coda.hpp"
 #include "bench_common.hpp"
 
 #include <algorithm>
@@ -55,15 +56,24 @@
 namespace {
 
 using coda_bench::Buffer;
+using coda_bench::check_coda;
+using coda_bench::cublas_linear;
+using coda_bench::fill_f32;
 using coda_bench::fill_random;
+using coda_bench::fill_targets;
+using coda_bench::Geo;
+using coda_bench::gib;
 using coda_bench::git_commit;
 using coda_bench::json_escape;
 using coda_bench::kModels;
+using coda_bench::matrix;
 using coda_bench::Model;
 using coda_bench::now_utc;
+using coda_bench::num_or_null;
 using coda_bench::split;
 using coda_bench::Timer;
 using coda_bench::Timing;
+using coda_bench::vec1d;
 
 constexpr float kEps = 1e-5f;
 
@@ -354,28 +364,10 @@ __global__ void __launch_bounds__(kLseThreads) lse_kernel(__nv_bfloat16 const* _
   }
 }
 
-/// int32 targets uniform in [0, V).
-__global__ void fill_targets(int32_t* p, size_t n, int64_t V) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    p[i] = static_cast<int32_t>((i * 2654435761ull) % static_cast<uint64_t>(V));
-  }
-}
-
 /// int32 positions: packed sequences of 4096 tokens (pos = m % 4096), the F4 input.
 __global__ void fill_positions(int32_t* p, size_t n) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
     p[i] = static_cast<int32_t>(i % 4096);
-  }
-}
-
-/// fp32 values uniform in [lo, hi) (the rstd input of F2).
-__global__ void fill_f32(float* p, size_t n, uint64_t seed, float lo, float hi) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    p[i] = lo + (hi - lo) * static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
   }
 }
 
@@ -412,66 +404,6 @@ void launch_rope(void* qkv, int64_t rows, int64_t width, int64_t rotated, int hd
                                                       pos, inv_freq);
   CHECK_CUDA(cudaGetLastError());
 }
-
-// ---- CODA / cuBLAS calls -----------------------------------------------------------------------------------------
-
-coda_tensor matrix(void* p, coda_dtype t, int64_t rows, int64_t cols, int device) {
-  coda_tensor x{};
-  x.data = p;
-  x.dtype = t;
-  x.rank = 2;
-  x.sizes[0] = rows, x.sizes[1] = cols;
-  x.strides[0] = cols, x.strides[1] = 1;
-  x.device = device;
-  return x;
-}
-
-coda_tensor vec1d(void* p, coda_dtype t, int64_t n, int device) {
-  coda_tensor x{};
-  x.data = p;
-  x.dtype = t;
-  x.rank = 1;
-  x.sizes[0] = n;
-  x.strides[0] = 1;
-  x.device = device;
-  return x;
-}
-
-void check_coda(coda_status st, std::string const& what) {
-  if (st != CODA_SUCCESS) {
-    std::fprintf(stderr, "%s failed: %s: %s\n", what.c_str(), coda_status_string(st), coda_last_error());
-    std::exit(1);
-  }
-}
-
-/// D[M,N] = A[M,K] W[N,K]^T, all bf16 row-major, fp32 compute (cuBLAS is column-major: D^T = W A^T).
-void cublas_linear(cublasHandle_t handle, void const* a, void const* w, void* d, int64_t M, int64_t N, int64_t K) {
-  float const alpha = 1.0f, beta = 0.0f;
-  CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
-                            static_cast<int>(K), &alpha, w, CUDA_R_16BF, static_cast<int>(K), a, CUDA_R_16BF,
-                            static_cast<int>(K), &beta, d, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
-}
-
-// ---- reporting ---------------------------------------------------------------------------------------------------
-
-double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
-
-std::string num_or_null(double v) { return v > 0.0 ? std::to_string(v) : "null"; }
-
-struct Geo {
-  double log_sum = 0.0;
-  double lo = 0.0, hi = 0.0;
-  int n = 0;
-  void add(double v) {
-    if (!(v > 0.0)) return;
-    log_sum += std::log(v);
-    lo = n == 0 ? v : std::min(lo, v);
-    hi = n == 0 ? v : std::max(hi, v);
-    ++n;
-  }
-  double mean() const { return n > 0 ? std::exp(log_sum / n) : 0.0; }
-};
 
 }  // namespace
 

@@ -100,6 +100,47 @@ def fused_table(rows):
     return out, summary
 
 
+def backward_table(rows):
+    """bench_backward: fused backward ops (pass bwd) vs cuBLAS dgrad and unfused; LM head memory (pass fwd)."""
+    shapes = OrderedDict()
+    for r in rows:
+        if r.get("suite") != "backward":
+            continue
+        key = (r["config"], r["op"], r["pass"], r["M"], r["N"], r["K"])
+        shapes.setdefault(key, {})[r["variant"]] = r
+    ops = ["| config | op | M | N | K | cuBLAS dgrad ms | CODA ms | unfused ms | CODA/cuBLAS | unfused/CODA |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    head = ["| config | M | V | d | CODA ms | materialized ms | CODA peak MiB (allocated) | materialized peak MiB "
+            "(allocated) | materialized/CODA memory |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    vs_cublas, vs_unfused = [], []
+    for key, v in shapes.items():
+        cfg, op, pas, m, n, k = key
+        if pas == "fwd":
+            coda, mat = v.get("coda"), v.get("materialized")
+            if coda and mat:
+                head.append("| %s | %d | %d | %d | %.3f | %.3f | %.1f (%.1f) | %.1f (%.1f) | %.1f |" % (
+                    cfg, m, n, k, coda["ms"], mat["ms"], coda["peak_measured_mib"], coda["alloc_mib"],
+                    mat["peak_measured_mib"], mat["alloc_mib"], mat["peak_measured_mib"] / coda["peak_measured_mib"]))
+            continue
+        cub, coda, unf = v.get("cublas"), v.get("coda"), v.get("unfused")
+        if not (cub and coda and unf):
+            continue
+        rc, ru = coda["ms"] / cub["ms"], unf["ms"] / coda["ms"]
+        vs_cublas.append(rc)
+        vs_unfused.append(ru)
+        ops.append("| %s | %s | %d | %d | %d | %.4f | %.4f | %.4f | %s | %s |" % (
+            cfg, op, m, n, k, cub["ms"], coda["ms"], unf["ms"], ("**%.3f**" % rc) if rc > 1.08 else "%.3f" % rc,
+            ("**%.3f**" % ru) if ru < 1.5 else "%.3f" % ru))
+    summary = []
+    if vs_cublas:
+        summary.append("Fused backward ops over %d shapes: CODA/cuBLAS-dgrad time geometric mean **%.3f** (max %.3f, "
+                       "%d above 1.08); unfused/CODA speedup geometric mean %.3f (min %.3f, max %.3f). Bold: outside "
+                       "issue 5's targets (<= 1.08x cuBLAS, >= 1.5x unfused)." % (
+                           len(vs_cublas), gmean(vs_cublas), max(vs_cublas), sum(1 for x in vs_cublas if x > 1.08),
+                           gmean(vs_unfused), min(vs_unfused), max(vs_unfused)))
+    return ops, head, summary
+
+
 def sweep_table(rows):
     shapes = OrderedDict()
     for r in rows:
@@ -146,6 +187,19 @@ def main():
         lines.extend(summary)
         lines.append("")
         lines.extend(table)
+        lines.append("")
+    table, head, summary = backward_table(rows)
+    if len(table) > 2:
+        lines.append("## Fused backward ops (suite backward)")
+        lines.append("")
+        lines.extend(summary)
+        lines.append("")
+        lines.extend(table)
+        lines.append("")
+    if len(head) > 2:
+        lines.append("## LM head + cross-entropy forward: time and measured peak device memory (suite backward, lm_head)")
+        lines.append("")
+        lines.extend(head)
         lines.append("")
     table = sweep_table(rows)
     if len(table) > 2:

@@ -271,7 +271,7 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
  * \param alpha scale of dz (1 normally; e.g. upstream gradient / token count for the LM head).
  * \param dx_out [M,N]; may alias dx_in exactly (in-place accumulation), must not alias x or a_out.
  * \param a_out [M,N] same dtype. \param dgamma_out [N] fp32.
- * Kernels: bf16 (fp16: CODA_ERROR_NOT_IMPLEMENTED). Without dx_in, dx_out is zero-filled first and read back as C.
+ * Kernels: bf16 and fp16. Without dx_in, dx_out is zero-filled first and read back as C.
  * Workspace: coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes (dgamma column partials, alpha * zdz).
  */
 CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, const coda_tensor* w,
@@ -287,8 +287,15 @@ CODA_API size_t coda_linear_residual_rmsnorm_bwd_workspace_size(int64_t M, int64
  *   dy = dx w_down [M,F]; per pair (g,u) = (z[2i], z[2i+1]), s = sigmoid(g):
  *   dz[2i] = dy u s (1 + g (1-s)),  dz[2i+1] = dy silu(g),  y = silu(g) u,
  *   zdz[m] = (1/d) sum_i (g dz[2i] + u dz[2i+1])  with d = dx.sizes[1].
- * \param dx [M,d] bf16|fp16. \param w_down [d,F] same dtype. \param z [M,2F] same dtype (interleaved, from F3).
- * \param dz_out [M,2F]. \param y_out [M,F]. \param zdz_out [M] fp32.
+ * dy stays in fp32 (the GEMM accumulator, never rounded); dz and y are rounded once; zdz uses the fp32 dz values
+ * and is finished from per-tile partials in a fixed order (deterministic). One fused GEMM launch + one tiny reduce.
+ * Kernels: bf16 and fp16.
+ * \param dx [M,d] bf16|fp16 (gradient of the residual stream after the MLP). \param w_down [d,F] same dtype.
+ * \param z [M,2F] same dtype (interleaved gate/up pre-activation, as F3 saved it).
+ * \param dz_out [M,2F] same dtype; may alias z exactly (in place: z is dead after this op).
+ * \param y_out [M,F] same dtype (the recomputed MLP activation, for dW_down = dx^T y).
+ * \param zdz_out [M] fp32. F % 8 == 0 (TMA); M == 0 writes nothing.
+ * Workspace: coda_linear_swiglu_bwd_zdz_workspace_size(M, F) bytes (the zdz row partials).
  */
 CODA_API coda_status coda_linear_swiglu_bwd_zdz(const coda_tensor* dx, const coda_tensor* w_down,
                                                 const coda_tensor* z, coda_tensor* dz_out, coda_tensor* y_out,

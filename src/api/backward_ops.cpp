@@ -8,6 +8,7 @@
 #include "api/guard.hpp"
 #include "kernels/kernels.hpp"
 #include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
+#include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -123,9 +124,6 @@ CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, con
     api::require_workspace("coda_linear_residual_rmsnorm_bwd", workspace, workspace_bytes,
                            coda_linear_residual_rmsnorm_bwd_workspace_size(s.M, s.N));
     int const device = api::require_same_device({DZ, W, X, G, S, ZD, DXI, DX, A, DG});
-    if (DZ.dtype() != CODA_BF16) {
-      fail(CODA_ERROR_NOT_IMPLEMENTED, "coda_linear_residual_rmsnorm_bwd: fp16 kernels not built yet (bf16 only)");
-    }
     api::require_kernel_device(device, {DZ, W, X, G, S, ZD, DXI, DX, A, DG});
     if (s.M == 0) {  // nothing to launch but dgamma = 0 (an empty sum)
       CODA_CUDA_CHECK(cudaMemsetAsync(dgamma_out->data, 0, static_cast<size_t>(s.N) * sizeof(float),
@@ -137,8 +135,8 @@ CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, con
         s.M, s.N, s.K, dz->data, ld(DZ, s.K), w->data, ld(W, s.N), x->data, ld(X, s.N), gamma->data,
         static_cast<float const*>(rstd->data), static_cast<float const*>(zdz->data),
         dx_in != nullptr ? dx_in->data : nullptr, dx_in != nullptr ? ld(DXI, s.N) : 0, alpha, dx_out->data,
-        ld(DX, s.N), a_out->data, ld(A, s.N), static_cast<float*>(dgamma_out->data), workspace, workspace_bytes,
-        static_cast<cudaStream_t>(stream));
+        ld(DX, s.N), a_out->data, ld(A, s.N), static_cast<float*>(dgamma_out->data), DZ.dtype() == CODA_FP16,
+        workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -154,15 +152,26 @@ CODA_API coda_status coda_linear_swiglu_bwd_zdz(const coda_tensor* dx, const cod
     Arg const DX{dx, "dx"}, W{w_down, "w_down"}, Z{z, "z"}, DZ{dz_out, "dz_out"}, Y{y_out, "y_out"};
     Arg const ZD{zdz_out, "zdz_out"};
     api::LinearShape const s = check_dgrad(DX, W);  // N = F
+    if (s.N % 8 != 0) {
+      fail(CODA_ERROR_SHAPE, "w_down: sizes[1] (F) must be a multiple of 8 (16-byte rows of y), got ", s.N);
+    }
     api::check_activation(Z, DX, s.M, 2 * s.N, "M", "2F = 2 * w_down.sizes[1]");
     api::check_activation(DZ, DX, s.M, 2 * s.N, "M", "2F");
     api::check_activation(Y, DX, s.M, s.N, "M", "F = w_down.sizes[1]");
     api::check_vector(ZD, s.M, {CODA_FP32}, "M", "dx.sizes[0]");
-    api::check_disjoint({DZ, Y, ZD}, {DX, W, Z});
+    api::require_same_or_disjoint(DZ, Z);  // dz may overwrite the saved z in place
+    api::check_disjoint({DZ}, {DX, W});
+    api::check_disjoint({Y, ZD}, {DX, W, Z, DZ});
     api::require_workspace("coda_linear_swiglu_bwd_zdz", workspace, workspace_bytes,
                            coda_linear_swiglu_bwd_zdz_workspace_size(s.M, s.N));
-    api::require_same_device({DX, W, Z, DZ, Y, ZD});
-    api::not_implemented("coda_linear_swiglu_bwd_zdz", "issue 5: backward fused kernels");
+    int const device = api::require_same_device({DX, W, Z, DZ, Y, ZD});
+    api::require_kernel_device(device, {DX, W, Z, DZ, Y, ZD});
+    if (s.M == 0) return;  // nothing to compute (zdz, dz and y are empty)
+    auto ld = [](Arg t, int64_t cols) { return t.size(0) > 1 ? t.stride(0) : cols; };
+    coda::ops::linear_swiglu_bwd_zdz(s.M, s.N, s.K, dx->data, ld(DX, s.K), w_down->data, ld(W, s.N), z->data,
+                                     ld(Z, 2 * s.N), dz_out->data, ld(DZ, 2 * s.N), y_out->data, ld(Y, s.N),
+                                     static_cast<float*>(zdz_out->data), DX.dtype() == CODA_FP16, workspace,
+                                     workspace_bytes, static_cast<cudaStream_t>(stream));
   });
 }
 

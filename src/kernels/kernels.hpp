@@ -114,9 +114,11 @@ void expand_rope_inv_freq(float const* inv_freq, int32_t n_q_heads, int32_t n_kv
 
 // ---- column partials (column_sum.cu) ----------------------------------------------------------------------------
 
-/// out[n] = sum_{t = 0 .. tiles-1} partials[t * ld + n] (double accumulation, fixed order), n < N; e.g. B2's dgamma
-/// from the dgrad epilogue's per-M-tile column partials. partials [tiles, ld >= N] fp32, out [N] fp32.
-void column_sum(float const* partials, int64_t tiles, int64_t ld, int64_t N, float* out, cudaStream_t stream);
+/// out[n] = scale * sum_{t = 0 .. tiles-1} partials[t * ld + n] (double accumulation, fixed order, rounded once),
+/// n < N; e.g. B2's dgamma from the dgrad epilogue's per-M-tile column partials, B3's zdz (scale 1/d) from its
+/// per-N-tile row partials. partials [tiles, ld >= N] fp32, out [N] fp32.
+void column_sum(float const* partials, int64_t tiles, int64_t ld, int64_t N, float* out, cudaStream_t stream,
+                double scale = 1.0);
 /// out[i] = alpha * in[i], i < n (fp32; B2 scales zdz by alpha before its epilogue reads it).
 void scale_vector(float const* in, float alpha, int64_t n, float* out, cudaStream_t stream);
 

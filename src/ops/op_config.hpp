@@ -39,6 +39,19 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
   return c;
 }
 
+/// The same for an op with one compiled config per dtype (bf16 and fp16 pingpong 128x128): CODA_OP_CONFIG may
+/// still pin its scheduler knobs.
+template <class Args>
+KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_pp,
+                                 gemm::KernelOps<Args> const& fp16_pp) {
+  gemm::KernelOps<Args> const* const ops = fp16 ? &fp16_pp : &bf16_pp;
+  gemm::KernelInfo const* const infos[] = {&ops->info};
+  KernelChoice<Args> c;
+  c.pinned = pinned_config(op, infos, 1, &c.knobs) >= 0;
+  c.ops = ops;
+  return c;
+}
+
 /// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused
 /// kernels on the LLaMA shapes (bench/results/fused_h200_*: the default heuristic raster lost up to 25 %).
 gemm::Knobs raster_n(int swizzle);

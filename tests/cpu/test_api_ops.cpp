@@ -296,15 +296,48 @@ TEST(DeviceStage, LinearResidualRmsnormBwd) {
   EXPECT_DEVICE_STAGE(f.call(&f.dx), "dz:");  // in-place accumulation
 }
 
-TEST(NotYetBuilt, LinearSwigluBwdZdz) {
+TEST(DeviceStage, LinearSwigluBwdZdz) {
+  TensorPool pool;
+  int64_t const F = 96;
+  for (coda_dtype dt : {CODA_BF16, CODA_FP16}) {
+    coda_tensor dx = pool.make(dt, {M, K}), w = pool.make(dt, {K, F});
+    coda_tensor z = pool.make(dt, {M, 2 * F}), dz = pool.make(dt, {M, 2 * F});
+    coda_tensor y = pool.make(dt, {M, F}), zdz = pool.make(CODA_FP32, {M});
+    size_t const wsb = coda_linear_swiglu_bwd_zdz_workspace_size(M, F);
+    void* ws = pool.bytes(wsb);
+    EXPECT_DEVICE_STAGE(coda_linear_swiglu_bwd_zdz(&dx, &w, &z, &dz, &y, &zdz, ws, wsb, nullptr), "dx:");
+    EXPECT_DEVICE_STAGE(coda_linear_swiglu_bwd_zdz(&dx, &w, &z, &z, &y, &zdz, ws, wsb, nullptr), "dx:");  // in place
+  }
+}
+
+TEST(OpRules, SwigluBwdAliasing) {
   TensorPool pool;
   int64_t const F = 96;
   coda_tensor dx = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {K, F});
-  coda_tensor z = pool.make(CODA_BF16, {M, 2 * F}), dz = pool.make(CODA_BF16, {M, 2 * F});
-  coda_tensor y = pool.make(CODA_BF16, {M, F}), zdz = pool.make(CODA_FP32, {M});
+  coda_tensor z = pool.make(CODA_BF16, {M, 2 * F}), y = pool.make(CODA_BF16, {M, F}), zdz = pool.make(CODA_FP32, {M});
   size_t const wsb = coda_linear_swiglu_bwd_zdz_workspace_size(M, F);
-  EXPECT_NOT_BUILT(coda_linear_swiglu_bwd_zdz(&dx, &w, &z, &dz, &y, &zdz, pool.bytes(wsb), wsb, nullptr),
-                   "coda_linear_swiglu_bwd_zdz");
+  void* ws = pool.bytes(wsb);
+  // dz over z shifted by one row: a partial overlap, not the in-place form.
+  coda_tensor dz_shifted = z;
+  dz_shifted.data = static_cast<char*>(z.data) + 2 * 2 * F;
+  dz_shifted.sizes[0] = M - 1;
+  coda_tensor z_short = z;
+  z_short.sizes[0] = M - 1;
+  coda_tensor dx_short = dx;
+  dx_short.sizes[0] = M - 1;
+  coda_tensor zdz_short = zdz;
+  zdz_short.sizes[0] = M - 1;
+  coda_tensor y_short = y;
+  y_short.sizes[0] = M - 1;
+  EXPECT_REJECTED(coda_linear_swiglu_bwd_zdz(&dx_short, &w, &z_short, &dz_shifted, &y_short, &zdz_short, ws, wsb,
+                                             nullptr),
+                  CODA_ERROR_ALIASING, "dz_out");
+  // y over z.
+  coda_tensor y_over_z = z;
+  y_over_z.sizes[1] = F;
+  coda_tensor dz = pool.make(CODA_BF16, {M, 2 * F});
+  EXPECT_REJECTED(coda_linear_swiglu_bwd_zdz(&dx, &w, &z, &dz, &y_over_z, &zdz, ws, wsb, nullptr),
+                  CODA_ERROR_ALIASING, "y_out");
 }
 
 // ---- op-specific rules ----------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ namespace coda::ops {
 /// C = dx_in [M,N], D = dx [M,N]; C and D may be the same matrix for the in-place accumulation).
 struct ResidualRmsnormBwdArgs {
   float alpha = 1.0f;              ///< scales the GEMM result (e.g. upstream gradient / token count for the LM head)
-  void const* x = nullptr;         ///< [M,N] bf16 saved residual stream, row stride ldx (8-element aligned)
+  void const* x = nullptr;         ///< [M,N] bf16|fp16 (the GEMM's dtype) saved residual stream, row stride ldx (8-element aligned)
   int64_t ldx = 0;
   void const* gamma = nullptr;     ///< [N] bf16
   float const* rstd = nullptr;     ///< [M] fp32
@@ -27,9 +27,10 @@ struct ResidualRmsnormBwdArgs {
 
 namespace residual_rmsnorm_bwd_kernels {
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
+gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
 }  // namespace residual_rmsnorm_bwd_kernels
 
-/// B2 on bf16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N], x [M,N], gamma [N], rstd and
+/// B2 on bf16|fp16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N], x [M,N], gamma [N], rstd and
 /// zdz [M] fp32, dx_in nullptr or [M,N] (may be dx), dx and a [M,N], dgamma [N] fp32. `workspace` holds the
 /// column partials (at least coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes, 16-byte aligned).
 /// Enqueues (a zero fill of dx when dx_in is nullptr,) the fused dgrad GEMM and the dgamma finishing kernel on
@@ -37,7 +38,7 @@ gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
 void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* dz, int64_t ldz, void const* w,
                                  int64_t ldw, void const* x, int64_t ldx, void const* gamma, float const* rstd,
                                  float const* zdz, void const* dx_in, int64_t ld_dx_in, float alpha, void* dx,
-                                 int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, void* workspace,
+                                 int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, bool fp16, void* workspace,
                                  size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace coda::ops

@@ -1,5 +1,5 @@
 // B2 dispatch (host only, no CUTLASS): the fused dgrad GEMM (dx, a, dgamma column partials), then the dgamma
-// finishing reduce. One compiled config so far (pingpong 128x128, bf16).
+// finishing reduce. One compiled config per dtype (pingpong 128x128).
 #include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
 
 #include "common/error.hpp"
@@ -13,13 +13,14 @@ namespace coda::ops {
 void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* dz, int64_t ldz, void const* w,
                                  int64_t ldw, void const* x, int64_t ldx, void const* gamma, float const* rstd,
                                  float const* zdz, void const* dx_in, int64_t ld_dx_in, float alpha, void* dx,
-                                 int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, void* workspace,
+                                 int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, bool fp16, void* workspace,
                                  size_t workspace_bytes, cudaStream_t stream) {
-  gemm::KernelOps<ResidualRmsnormBwdArgs> const& k = residual_rmsnorm_bwd_kernels::dgrad_bf16_pp_128x128x64_c2x1();
-  gemm::KernelInfo const* const infos[] = {&k.info};
-  gemm::Knobs knobs = raster_n(1);
-  gemm::Knobs pinned_knobs{};
-  if (pinned_config("coda_linear_residual_rmsnorm_bwd", infos, 1, &pinned_knobs) >= 0) knobs = pinned_knobs;
+  namespace kn = residual_rmsnorm_bwd_kernels;
+  auto choice = choose_kernel("coda_linear_residual_rmsnorm_bwd", fp16, kn::dgrad_bf16_pp_128x128x64_c2x1(),
+                              kn::dgrad_fp16_pp_128x128x64_c2x1());
+  if (!choice.pinned) choice.knobs = raster_n(1);
+  gemm::KernelOps<ResidualRmsnormBwdArgs> const& k = *choice.ops;
+  gemm::Knobs const& knobs = choice.knobs;
 
   // Workspace: column partials [ceil(M / CTA_M), round_up(N, CTA_N)] fp32, n-major (Sm90RowReduction, no final
   // reduce), then alpha * zdz [M] when alpha != 1.
@@ -43,7 +44,7 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
   void const* c = dx_in;
   int64_t ldc = ld_dx_in;
   if (c == nullptr) {
-    CODA_CUDA_CHECK(cudaMemset2DAsync(dx, static_cast<size_t>(ld_dx) * 2, 0, static_cast<size_t>(N) * 2,
+    CODA_CUDA_CHECK(cudaMemset2DAsync(dx, static_cast<size_t>(ld_dx) * 2, 0, static_cast<size_t>(N) * 2,  // 16-bit
                                       static_cast<size_t>(M), stream));
     c = dx;
     ldc = ld_dx;

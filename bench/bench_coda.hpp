@@ -1,0 +1,110 @@
+// bench_coda.hpp: helpers of the bench programs that call CODA ops (bench_fused, bench_backward): contiguous
+// coda_tensor descriptors, the status check, the cuBLAS linear D = A W^T, fp32 and int32-target fills, and the
+// report helpers (GiB, a JSON number or null, a geometric mean). Needs bench_common.hpp (CHECK_* macros).
+#ifndef CODA_BENCH_BENCH_CODA_HPP_
+#define CODA_BENCH_BENCH_CODA_HPP_
+
+#include <coda/coda.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "bench_common.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace coda_bench {
+
+// ---- CODA / cuBLAS calls -----------------------------------------------------------------------------------------
+
+/// A packed row-major [rows, cols] tensor descriptor.
+inline coda_tensor matrix(void* p, coda_dtype t, int64_t rows, int64_t cols, int device) {
+  coda_tensor x{};
+  x.data = p;
+  x.dtype = t;
+  x.rank = 2;
+  x.sizes[0] = rows, x.sizes[1] = cols;
+  x.strides[0] = cols, x.strides[1] = 1;
+  x.device = device;
+  return x;
+}
+
+/// A contiguous [n] tensor descriptor.
+inline coda_tensor vec1d(void* p, coda_dtype t, int64_t n, int device) {
+  coda_tensor x{};
+  x.data = p;
+  x.dtype = t;
+  x.rank = 1;
+  x.sizes[0] = n;
+  x.strides[0] = 1;
+  x.device = device;
+  return x;
+}
+
+/// Exits with the status name and coda_last_error() unless `st` is CODA_SUCCESS.
+inline void check_coda(coda_status st, std::string const& what) {
+  if (st != CODA_SUCCESS) {
+    std::fprintf(stderr, "%s failed: %s: %s\n", what.c_str(), coda_status_string(st), coda_last_error());
+    std::exit(1);
+  }
+}
+
+/// D[M,N] = A[M,K] W[N,K]^T, all bf16 row-major, fp32 compute (cuBLAS is column-major: D^T = W A^T).
+inline void cublas_linear(cublasHandle_t handle, void const* a, void const* w, void* d, int64_t M, int64_t N,
+                          int64_t K) {
+  float const alpha = 1.0f, beta = 0.0f;
+  CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                            static_cast<int>(K), &alpha, w, CUDA_R_16BF, static_cast<int>(K), a, CUDA_R_16BF,
+                            static_cast<int>(K), &beta, d, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+// ---- device data -------------------------------------------------------------------------------------------------
+
+/// int32 targets spread over [0, V) (a multiplicative hash of the row index).
+static __global__ void fill_targets(int32_t* p, size_t n, int64_t V) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    p[i] = static_cast<int32_t>((i * 2654435761ull) % static_cast<uint64_t>(V));
+  }
+}
+
+/// fp32 values uniform in [lo, hi), a fixed function of (index, seed) (e.g. rstd inputs).
+static __global__ void fill_f32(float* p, size_t n, uint64_t seed, float lo, float hi) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    p[i] = lo + (hi - lo) * static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
+  }
+}
+
+// ---- reporting ---------------------------------------------------------------------------------------------------
+
+inline double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+/// A positive number as JSON, anything else (0, negative, NaN) as null.
+inline std::string num_or_null(double v) { return v > 0.0 ? std::to_string(v) : "null"; }
+
+/// Geometric mean (and range) of positive ratios; non-positive values are ignored.
+struct Geo {
+  double log_sum = 0.0;
+  double lo = 0.0, hi = 0.0;
+  int n = 0;
+  void add(double v) {
+    if (!(v > 0.0)) return;
+    log_sum += std::log(v);
+    lo = n == 0 ? v : std::min(lo, v);
+    hi = n == 0 ? v : std::max(hi, v);
+    ++n;
+  }
+  double mean() const { return n > 0 ? std::exp(log_sum / n) : 0.0; }
+};
+
+}  // namespace coda_bench
+
+#endif  // CODA_BENCH_BENCH_CODA_HPP_

@@ -1,0 +1,311 @@
+// SwigluBwdPair: a custom sm90 EVT node for B3 (MATH.md): the SwiGLU backward on the dgrad accumulator.
+//
+// Its input fragment is dy = dx w_down [M, F] (fp32). For every element (m, i) it reads the saved interleaved
+// pre-activation pair (g, u) = (z[m, 2i], z[m, 2i+1]) and, with s = sigmoid(g):
+//   dz[m, 2i]   = dy u s (1 + g (1 - s))        dz[m, 2i+1] = dy silu(g)        (written by the node, [M, 2F])
+//   y[m, i]     = silu(g) u                      (returned: the collective stores it as D, [M, F])
+//   partial[t][m] = sum over the tile's columns i of (g dz[m,2i] + u dz[m,2i+1])   (fp32, per CTA N-tile t)
+// dz and the row terms use the fp32 dy (never rounded); y and dz are rounded once to the z element type.
+//
+// Why a custom node: z and dz are twice the accumulator's width, which stock Sm90AuxLoad/AuxStore cannot map
+// (CUTLASS_EVT.md section 6), and a pair needs both of its z values. The wgmma/STSM fragment holds accumulator
+// columns (c, c+1) of one row at positions (4j, 4j+1) (row r) and (4j+2, 4j+3) (row r+8), c = 2*(lane%4) + 8j
+// (CUTLASS_EVT.md section 4), so their z/dz columns 2c .. 2c+3 are 8 contiguous bytes: one 64-bit load and one
+// 64-bit store per (row, j), a quad covering 32 contiguous bytes (a full sector); no shuffles for the math.
+//
+// z goes through shared memory (registers are the scarce resource: the pingpong consumer holds its 128
+// accumulators, and 16 words of z held in registers made the kernel spill). Each thread cp.async-copies its own
+// 64-bit z groups of the *next* subtile into one of two smem slots while it computes the current one (the
+// collective visits subtiles in the static order epi_n outer, epi_m inner); the first subtile's copy is issued in
+// begin(). A thread only ever reads its own smem words, so no barrier is needed, only cp.async.wait_group.
+// Layout: 8-byte word (slot, group g = 2j + h, thread t) at (slot * 8 + g) * kThreads + t: consecutive threads,
+// consecutive 8 bytes (no bank conflicts). 2 slots x 8 groups x kThreads x 8 B = 16 KiB for the 128 threads of a
+// pingpong consumer warpgroup; the two consumer warpgroups' epilogues never overlap (the kernel orders them), so one
+// buffer serves both. kThreads must equal the epilogue's thread count (static_assert).
+//
+// Row partials: per-row fp32 sums (two rows per epi_m per thread) kept in thread-private smem words (registers held
+// across subtiles made the kernel spill), merged over the quad (the 4 lanes that share a row; one warp along N in
+// pingpong) with two xor-shuffles in end(), written by lane 0 of the quad to partials[t, m] at m + Mpad * t,
+// Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics: deterministic. Rows >= M and columns
+// >= F are neither loaded nor written.
+//
+// Registers: with the 128 accumulators live, ptxas still spills 12 bytes (3 registers) with the row-term math in;
+// without it, 0. src/CMakeLists.txt allows spills for B3's two kernel files only (docs/FUSED_OPS.md "B3").
+//
+// In place: dz may be z itself (same pointer and row stride): every z word is read, then overwritten, by the same
+// thread, and no thread reads another's words.
+//
+// Requirements (checked by the op's validation): F % 8 == 0; z and dz 8-byte aligned with row strides % 4 == 0.
+//
+// Host reference of the node's semantics: swiglu_bwd_pair_reference() below (plain C++, used by the unit test).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#if defined(__CUDACC__)
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+// The visitor header uses NumericArrayConverter & co. unqualified: include it through the callbacks header.
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#endif
+
+namespace coda::epilogue {
+
+/// Host reference of one element: from dy and the pair (g, u), the outputs (dg, du, y) and the row term
+/// g dg + u du, in double.
+struct SwigluBwdPairValue {
+  double dg, du, y, row_term;
+};
+inline SwigluBwdPairValue swiglu_bwd_pair_reference(double dy, double g, double u) {
+  double const s = 1.0 / (1.0 + std::exp(-g));
+  double const silu = g * s;
+  SwigluBwdPairValue v;
+  v.dg = dy * u * s * (1.0 + g * (1.0 - s));
+  v.du = dy * silu;
+  v.y = silu * u;
+  v.row_term = g * v.dg + u * v.du;
+  return v;
+}
+
+#if defined(__CUDACC__)
+
+/// The node. `CtaTileShapeMNK` is the kernel's CTA tile; `ElementZ` the 16-bit element of z, dz (and y);
+/// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup).
+template <class CtaTileShapeMNK, class ElementZ, int kThreads = 128>
+struct Sm90SwigluBwdPair {
+  static_assert(cutlass::sizeof_bits<ElementZ>::value == 16, "z pairs are read and written as 32-bit words");
+  static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
+  static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
+
+  struct SharedStorage {
+    alignas(128) uint64_t z[2 * 8 * kThreads];  // [slot][group][thread]
+    alignas(128) float rows[2 * 4 * kThreads];  // [epi_m][thread][h] row-term sums (kEpiM <= 4)
+  };
+  struct Arguments {
+    ElementZ const* ptr_z = nullptr;  ///< [M, 2F] interleaved (gate, up) pre-activation
+    int64_t ldz = 0;
+    ElementZ* ptr_dz = nullptr;       ///< [M, 2F] out; may equal ptr_z (with the same ldz)
+    int64_t lddz = 0;
+    float* ptr_partials = nullptr;    ///< [T, Mpad] out: per-(N-tile, row) sums of g dg + u du
+  };
+  /// Arguments plus the problem extents, so the per-thread callbacks keep no copies of them in registers.
+  struct Params : Arguments {
+    int M = 0;
+    int F = 0;
+    int64_t m_pad = 0;  // round_up(M, CTA_M): the partials' row stride
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
+    Params p;
+    static_cast<Arguments&>(p) = args;
+    p.M = static_cast<int>(cute::get<0>(problem_shape));
+    p.F = static_cast<int>(cute::get<1>(problem_shape));
+    p.m_pad = (static_cast<int64_t>(p.M) + kTileM - 1) / kTileM * kTileM;
+    return p;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
+    auto const n = cute::get<1>(problem_shape);
+    return cute::get<3>(problem_shape) == 1 && args.ptr_z != nullptr && args.ptr_dz != nullptr && args.ptr_partials != nullptr && n % 8 == 0 &&
+           args.ldz % 4 == 0 && args.lddz % 4 == 0 && (reinterpret_cast<uintptr_t>(args.ptr_z) & 7u) == 0 &&
+           (reinterpret_cast<uintptr_t>(args.ptr_dz) & 7u) == 0;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;  // the partials are the caller's buffer, not CUTLASS workspace
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  CUTLASS_HOST_DEVICE Sm90SwigluBwdPair() {}
+  CUTLASS_HOST_DEVICE Sm90SwigluBwdPair(Params const& params, SharedStorage const& shared)
+      : params_ptr(&params), smem_z(const_cast<uint64_t*>(shared.z)) {}
+
+  Params const* params_ptr = nullptr;
+  uint64_t* smem_z = nullptr;
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
+    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
+  }
+
+  /// CoordTensor: absolute (m, n, l) of every fragment element, per (epi_m, epi_n).
+  template <class CoordTensor>
+  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+    static constexpr int kEpiM = decltype(cute::size<3>(cute::declval<CoordTensor>()))::value;
+    static constexpr int kEpiN = decltype(cute::size<4>(cute::declval<CoordTensor>()))::value;
+    static_assert(kEpiM <= 4, "SharedStorage::rows holds the row sums of at most 4 epilogue subtiles along M");
+
+    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params, uint32_t smem_thread)
+        : tC_cD(cute::forward<CoordTensor>(coords)), params(params), smem_thread(smem_thread) {}
+
+    // Register budget: the pingpong consumer keeps its 128 accumulators live through the epilogue, so the
+    // callbacks hold only the coordinates, two pointers and the (static) subtile bookkeeping; M, F and the
+    // partials' offset come from Params (constant bank) or are recomputed in end(), row sums live in smem.
+    CoordTensor tC_cD;
+    Params const* params;
+    // Shared-window address (32-bit: one register) of this thread's 8-byte word (slot 0, group 0); words of one
+    // (slot, group) are kThreads * 8 bytes apart. The row sums follow the z slots: the pair (rows r, r + 8) of
+    // epi_m e is a float2 at kRowsOffset + e * kThreads * 8.
+    uint32_t smem_thread;
+    static constexpr uint32_t kRowsOffset = 2 * 8 * kThreads * 8;
+
+    CUTLASS_DEVICE uint32_t z_addr(int slot, int group) const {
+      return smem_thread + static_cast<uint32_t>((slot * 8 + group) * kThreads * 8);
+    }
+    CUTLASS_DEVICE uint32_t rows_addr(int e) const {
+      return smem_thread + kRowsOffset + static_cast<uint32_t>(e * kThreads * 8);
+    }
+
+    /// Row r and column c of fragment element 0 of subtile (epi_m, epi_n); element 4j + 2h + e is at
+    /// (r + 8h, c + 8j + e) (CUTLASS_EVT.md section 4), so one coordinate per subtile addresses all 16.
+    CUTLASS_DEVICE cute::tuple<int, int> origin(int epi_m, int epi_n) const {
+      auto const c = tC_cD(0, 0, 0, epi_m, epi_n);
+      return {static_cast<int>(cute::get<0>(c)), static_cast<int>(cute::get<1>(c))};
+    }
+
+    /// Issues (and commits as one group) the cp.async copies of subtile (epi_m, epi_n)'s z words into `slot`:
+    /// 8 groups of 8 bytes, zero-filled (src-size 0) for rows >= M or columns >= F.
+    CUTLASS_DEVICE void issue_z(int epi_m, int epi_n, int slot) {
+      auto const [r, c] = origin(epi_m, epi_n);
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        int const m = r + 8 * h;
+        ElementZ const* row = params->ptr_z + static_cast<int64_t>(m < params->M ? m : 0) * params->ldz + 2 * c;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) {  // 8 columns further = 16 z values = 32 bytes
+          bool const valid = m < params->M && c + 8 * j < params->F;
+          uint32_t const dst = z_addr(slot, 2 * j + h);
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst),
+                       "l"(valid ? row + 16 * j : params->ptr_z), "r"(valid ? 8 : 0)
+                       : "memory");
+        }
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+
+    CUTLASS_DEVICE void begin() {
+      issue_z(0, 0, 0);
+    }
+
+    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
+                              cutlass::Array<ElementInput, FragmentSize> const& dy) {
+      static_assert(FragmentSize == 16, "expects the EpilogueTileAuto wgmma fragment: 4 column groups x 2 rows x 2 cols");
+      // Subtile s = epi_n * kEpiM + epi_m (the collective's static order, epi_m inner) sits in slot s % 2: begin()
+      // copied s = 0, each visit copies s + 1. Prefetch the next subtile into the other slot, then wait for this one.
+      int const slot = (epi_n * kEpiM + epi_m) & 1;
+      if (epi_m + 1 < kEpiM) {
+        issue_z(epi_m + 1, epi_n, slot ^ 1);
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+      } else if (epi_n + 1 < kEpiN) {
+        issue_z(0, epi_n + 1, slot ^ 1);
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+      } else {
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+      }
+
+      cutlass::NumericConverter<ElementZ, float, cutlass::FloatRoundStyle::round_to_nearest> to_z{};
+      cutlass::NumericConverter<float, ElementZ> from_z{};
+      auto bits = [](ElementZ v) { return static_cast<uint32_t>(v.raw()); };
+      auto value = [&](uint32_t b) { return from_z(ElementZ::bitcast(static_cast<uint16_t>(b))); };
+
+      auto const [r, c] = origin(epi_m, epi_n);
+      cutlass::Array<float, FragmentSize> y;
+      float part[2] = {0.0f, 0.0f};  // this subtile's row terms of rows r, r + 8
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < 16; k += 2) {  // k = 4j + 2h: row r + 8h, columns c + 8j, c + 8j + 1
+        uint32_t zpair[2];  // group 2j + h = k / 2
+        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(zpair[0]), "=r"(zpair[1]) : "r"(z_addr(slot, k >> 1)));
+        uint32_t dz[2];
+        CUTLASS_PRAGMA_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          float const g = value(zpair[e] & 0xffffu), u = value(zpair[e] >> 16);
+          float const d = static_cast<float>(dy[k + e]);
+          float const s = __fdividef(1.0f, 1.0f + __expf(-g));  // g -> -inf: 1/inf = 0; g -> +inf: 1
+          float const silu = g * s;
+          float const ds = d * s;
+          float const gs = fmaf(g, 1.0f - s, 1.0f);  // 1 + g (1 - s)
+          float const dg = ds * u * gs;
+          float const du = d * silu;
+          float const yv = silu * u;
+          y[k + e] = yv;
+          // g dg + u du = d y (1 + g (1 - s)) + d y = d y (gs + 1)
+          part[(k >> 1) & 1] = fmaf(d * yv, gs + 1.0f, part[(k >> 1) & 1]);
+          dz[e] = bits(to_z(dg)) | (bits(to_z(du)) << 16);
+        }
+        int const m = r + 8 * ((k >> 1) & 1), n = c + 8 * (k >> 2);
+        if (m < params->M && n < params->F) {  // F % 8 == 0: columns n and n+1 are both inside or both outside
+          *reinterpret_cast<uint64_t*>(params->ptr_dz + static_cast<int64_t>(m) * params->lddz + 2 * n) =
+              static_cast<uint64_t>(dz[0]) | (static_cast<uint64_t>(dz[1]) << 32);
+        }
+      }
+      // Row sums in smem (thread-private words): registers held across subtiles made the kernel spill. Static
+      // indices only.
+      CUTLASS_PRAGMA_UNROLL
+      for (int e = 0; e < kEpiM; ++e) {
+        if (e == epi_m) {
+          float r0 = 0.0f, r8 = 0.0f;
+          if (epi_n != 0) asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(r0), "=f"(r8) : "r"(rows_addr(e)));
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(rows_addr(e)), "f"(r0 + part[0]), "f"(r8 + part[1])
+                       : "memory");
+        }
+      }
+      return y;
+    }
+
+    CUTLASS_DEVICE void end() {
+      Params const& p = *params;
+      // The CTA tile from this thread's first element: the tile's first row and column, and its N-tile index.
+      auto const [r0, c0] = origin(0, 0);
+      int const tile_m0 = r0 / kTileM * kTileM, tile_n = c0 / kTileN;
+      // A CTA entirely outside the problem (a partially out-of-bounds cluster) has nothing to write; the condition
+      // is uniform over the CTA, so no lane skips a shuffle that another takes.
+      if (tile_m0 >= p.M || tile_n * kTileN >= p.F) return;
+      float* const partials = p.ptr_partials + p.m_pad * tile_n;  // batch L = 1 (can_implement)
+      bool const writer = (threadIdx.x & 3) == 0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int e = 0; e < kEpiM; ++e) {
+        int const r = cute::get<0>(origin(e, 0));
+        float rows[2];
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(rows[0]), "=f"(rows[1]) : "r"(rows_addr(e)));
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          float v = rows[h];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          int const m = r + 8 * h;
+          if (writer && m < p.M) partials[m] = v;
+        }
+      }
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    auto [M, N, K, L] = args.problem_shape_mnkl;
+    auto coords = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
+        cute::make_identity_tensor(cute::make_shape(M, N, L)), args.tile_shape_mnk, args.tile_coord_mnkl,
+        args.epi_tile, args.tiled_copy, args.thread_idx);
+    static_assert(decltype(cute::size(args.tiled_copy))::value == kThreads,
+                  "Sm90SwigluBwdPair: kThreads must be the epilogue's thread count (one smem word set per thread)");
+    uint32_t const smem_thread = static_cast<uint32_t>(__cvta_generic_to_shared(smem_z)) +
+                                 static_cast<uint32_t>(args.thread_idx % kThreads) * 8u;
+    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), params_ptr, smem_thread);
+  }
+};
+
+#endif  // __CUDACC__
+
+}  // namespace coda::epilogue

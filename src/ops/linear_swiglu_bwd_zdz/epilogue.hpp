@@ -1,0 +1,40 @@
+// B3's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory):
+//   Sm90SwigluBwdPair(acc)  -> D = y
+// The node reads z, writes dz and the zdz row partials itself (src/epilogue/swiglu_bwd_pair.hpp); the collective
+// stores its returned y as D through TMA.
+#pragma once
+
+#include "epilogue/swiglu_bwd_pair.hpp"
+#include "gemm/fused_linear.hpp"
+#include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
+
+namespace coda::ops {
+
+struct SwigluBwdEpilogue {
+  using Args = SwigluBwdArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementD = typename Traits::ElementD;
+    using ElementC = void;
+    using Node = epilogue::Sm90SwigluBwdPair<typename Traits::TileShape, ElementD>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch>;
+
+    /// Arguments: {op_0 = acc (none), op_1 = node}.
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const&) {
+      auto& node = out.op_1;
+      node.ptr_z = static_cast<ElementD const*>(args.z);
+      node.ldz = args.ldz;
+      node.ptr_dz = static_cast<ElementD*>(args.dz);
+      node.lddz = args.lddz;
+      node.ptr_partials = args.zdz_partials;
+    }
+  };
+};
+
+template <class Config, class Element = cutlass::bfloat16_t>
+using SwigluBwdKernel = gemm::FusedLinear<Config, SwigluBwdEpilogue, Element, Element, cutlass::layout::RowMajor,
+                                          cutlass::layout::RowMajor>;
+
+}  // namespace coda::ops

@@ -1,0 +1,48 @@
+// B3 dispatch (host only, no CUTLASS): the fused dgrad GEMM (y as D, dz and the zdz row partials from the node),
+// then the zdz finishing reduce. One compiled config per dtype (pingpong 128x128, as B2).
+#include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
+
+#include "common/error.hpp"
+#include "kernels/kernels.hpp"
+#include "ops/op_config.hpp"
+
+#include <cstdint>
+
+namespace coda::ops {
+
+void linear_swiglu_bwd_zdz(int64_t M, int64_t F, int64_t d, void const* dx, int64_t ldx, void const* w_down,
+                           int64_t ldw, void const* z, int64_t ldz, void* dz, int64_t lddz, void* y, int64_t ldy,
+                           float* zdz, bool fp16, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  namespace kn = swiglu_bwd_kernels;
+  auto choice = choose_kernel("coda_linear_swiglu_bwd_zdz", fp16, kn::dgrad_bf16_pp_128x128x64_c2x1(),
+                              kn::dgrad_fp16_pp_128x128x64_c2x1());
+  if (!choice.pinned) choice.knobs = raster_n(1);
+  gemm::KernelOps<SwigluBwdArgs> const& k = *choice.ops;
+
+  // Workspace: row partials [T, Mpad] fp32, T = ceil(F / CTA_N), Mpad = round_up(M, CTA_M).
+  int64_t const tiles = (F + k.info.tile_n - 1) / k.info.tile_n;
+  int64_t const m_pad = (M + k.info.tile_m - 1) / k.info.tile_m * k.info.tile_m;
+  size_t const need = static_cast<size_t>(tiles * m_pad) * sizeof(float);
+  if (workspace_bytes < need || workspace == nullptr || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {
+    coda::detail::fail(CODA_ERROR_WORKSPACE, "coda_linear_swiglu_bwd_zdz: kernel ", k.info.config, " needs ", need,
+                       " bytes of 16-byte aligned workspace for the zdz partials, got ", workspace_bytes);
+  }
+
+  gemm::Operands op;
+  op.M = M, op.N = F, op.K = d;
+  op.A = dx, op.lda = ldx;
+  op.B = w_down, op.ldb = ldw;
+  op.D = y, op.ldd = ldy;
+  SwigluBwdArgs args;
+  args.z = z;
+  args.ldz = ldz;
+  args.dz = dz;
+  args.lddz = lddz;
+  args.zdz_partials = static_cast<float*>(workspace);
+  // No CUTLASS workspace: the node writes the caller's buffers; run() rejects a kernel that would need one.
+  k.run(op, args, choice.knobs, nullptr, 0, stream);
+  // zdz[m] = (1/d) sum_t partials[t, m]: the partials are [T, Mpad] m-major, i.e. "columns" m of a [T, Mpad] matrix.
+  kernels::column_sum(args.zdz_partials, tiles, m_pad, M, zdz, stream, 1.0 / static_cast<double>(d));
+}
+
+}  // namespace coda::ops
