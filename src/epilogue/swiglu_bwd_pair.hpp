@@ -15,13 +15,14 @@
 //
 // z goes through shared memory (registers are the scarce resource: the pingpong consumer holds its 128
 // accumulators, and 16 words of z held in registers made the kernel spill). Each thread cp.async-copies its own
-// 64-bit z groups of the *next* subtile into one of two smem slots while it computes the current one (the
-// collective visits subtiles in the static order epi_n outer, epi_m inner); the first subtile's copy is issued in
-// begin(). A thread only ever reads its own smem words, so no barrier is needed, only cp.async.wait_group.
-// Layout: 8-byte word (slot, group g = 2j + h, thread t) at (slot * 8 + g) * kThreads + t: consecutive threads,
-// consecutive 8 bytes (no bank conflicts). 2 slots x 8 groups x kThreads x 8 B = 16 KiB for the 128 threads of a
-// pingpong consumer warpgroup; the two consumer warpgroups' epilogues never overlap (the kernel orders them), so one
-// buffer serves both. kThreads must equal the epilogue's thread count (static_assert).
+// 64-bit z groups kLead = 2 subtiles ahead into one of kSlots = 3 smem slots while it computes the current one (the
+// collective visits subtiles in the static order epi_n outer, epi_m inner); the first two subtiles' copies are
+// issued in begin(). A thread only ever reads its own smem words, so no barrier is needed, only
+// cp.async.wait_group. Layout: 8-byte word (slot, group g = 2j + h, thread t) at (slot * 8 + g) * kThreads + t:
+// consecutive threads, consecutive 8 bytes (no bank conflicts). 3 slots x 8 groups x kThreads x 8 B = 24 KiB (+ 4 KiB
+// of row sums) for the 128 threads of a pingpong consumer warpgroup; the two consumer warpgroups' epilogues never
+// overlap (the kernel orders them), so one buffer serves both. kThreads must equal the epilogue's thread count
+// (static_assert).
 //
 // Row partials: per-row fp32 sums (two rows per epi_m per thread) kept in thread-private smem words (registers held
 // across subtiles made the kernel spill), merged over the quad (the 4 lanes that share a row; one warp along N in
@@ -29,8 +30,8 @@
 // Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics: deterministic. Rows >= M and columns
 // >= F are neither loaded nor written.
 //
-// Registers: with the 128 accumulators live, ptxas still spills 12 bytes (3 registers) with the row-term math in;
-// without it, 0. src/CMakeLists.txt allows spills for B3's two kernel files only (docs/FUSED_OPS.md "B3").
+// Registers: the 128 accumulators stay live through the epilogue; with this layout ptxas reports 0 spills
+// (docs/FUSED_OPS.md "B3" has what spilled and why).
 //
 // In place: dz may be z itself (same pointer and row stride): every z word is read, then overwritten, by the same
 // thread, and no thread reads another's words.
@@ -79,9 +80,12 @@ struct Sm90SwigluBwdPair {
   static_assert(cutlass::sizeof_bits<ElementZ>::value == 16, "z pairs are read and written as 32-bit words");
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
+  // z slots in smem and how many subtiles ahead the copies run (one DRAM latency is ~1 subtile of work).
+  static constexpr int kSlots = 3;
+  static constexpr int kLead = kSlots - 1;
 
   struct SharedStorage {
-    alignas(128) uint64_t z[2 * 8 * kThreads];  // [slot][group][thread]
+    alignas(128) uint64_t z[kSlots * 8 * kThreads];  // [slot][group][thread]
     alignas(128) float rows[2 * 4 * kThreads];  // [epi_m][thread][h] row-term sums (kEpiM <= 4)
   };
   struct Arguments {
@@ -158,7 +162,7 @@ struct Sm90SwigluBwdPair {
     // (slot, group) are kThreads * 8 bytes apart. The row sums follow the z slots: the pair (rows r, r + 8) of
     // epi_m e is a float2 at kRowsOffset + e * kThreads * 8.
     uint32_t smem_thread;
-    static constexpr uint32_t kRowsOffset = 2 * 8 * kThreads * 8;
+    static constexpr uint32_t kRowsOffset = kSlots * 8 * kThreads * 8;
 
     CUTLASS_DEVICE uint32_t z_addr(int slot, int group) const {
       return smem_thread + static_cast<uint32_t>((slot * 8 + group) * kThreads * 8);
@@ -194,22 +198,29 @@ struct Sm90SwigluBwdPair {
       asm volatile("cp.async.commit_group;" ::: "memory");
     }
 
+    static constexpr int kSubtiles = kEpiM * kEpiN;
+
+    CUTLASS_DEVICE void issue_subtile(int s) { issue_z(s % kEpiM, s / kEpiM, s % kSlots); }
+
     CUTLASS_DEVICE void begin() {
-      issue_z(0, 0, 0);
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kLead && s < kSubtiles; ++s) issue_subtile(s);
     }
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
                               cutlass::Array<ElementInput, FragmentSize> const& dy) {
       static_assert(FragmentSize == 16, "expects the EpilogueTileAuto wgmma fragment: 4 column groups x 2 rows x 2 cols");
-      // Subtile s = epi_n * kEpiM + epi_m (the collective's static order, epi_m inner) sits in slot s % 2: begin()
-      // copied s = 0, each visit copies s + 1. Prefetch the next subtile into the other slot, then wait for this one.
-      int const slot = (epi_n * kEpiM + epi_m) & 1;
-      if (epi_m + 1 < kEpiM) {
-        issue_z(epi_m + 1, epi_n, slot ^ 1);
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-      } else if (epi_n + 1 < kEpiN) {
-        issue_z(0, epi_n + 1, slot ^ 1);
+      // Subtile s = epi_n * kEpiM + epi_m (the collective's static order, epi_m inner) sits in slot s % kSlots:
+      // begin() copied s < kLead, each visit copies s + kLead, then waits until at most the groups issued after s
+      // are in flight (so subtile s has landed).
+      int const s = epi_n * kEpiM + epi_m;
+      int const slot = s % kSlots;
+      static_assert(kLead == 2, "the wait_group immediates below assume a lead of 2 subtiles");
+      if (s + kLead < kSubtiles) {
+        issue_subtile(s + kLead);
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+      } else if (s + 1 < kSubtiles) {
         asm volatile("cp.async.wait_group 1;" ::: "memory");
       } else {
         asm volatile("cp.async.wait_group 0;" ::: "memory");
