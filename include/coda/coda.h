@@ -347,4 +347,7 @@ CODA_API coda_status coda_unpair_rope_rows(const coda_tensor* w, int32_t head_di
 }  // extern "C"
 #endif
 
+/* The block API (forward/backward of a whole CODA block, built from the ops above). */
+#include <coda/block.h>
+
 #endif  // CODA_CODA_H_

@@ -2,7 +2,7 @@
 // fp32 (Sm90TopologicalVisitor, nodes in topological order; the last one is D):
 //
 //    0 acc                      1 alpha (scalar)          2 Dv = acc * alpha
-//    3 x (aux load, TMA)        4 rstd (per row)          5 c = x * rstd
+//    3 x (aux load)             4 rstd (per row)          5 c = x * rstd
 //    6 gamma (per column)       7 c * gamma               8 aux store a = R(c * gamma)
 //    9 Dv * c                  10 dgamma column partials (row reduction over the tile's rows, no final reduce)
 //   11 zdz' (per row)          12 c * zdz'               13 Dv * gamma
@@ -22,6 +22,9 @@
 
 namespace coda::ops {
 
+/// kTmaX: x arrives through TMA into a smem ring (Sm90AuxLoad with the C pipeline's stages), else through
+/// predicated vector loads at the start of each subtile (stage 0, no smem: one more mainloop stage).
+template <bool kTmaX>
 struct ResidualRmsnormBwdEpilogue {
   using Args = ResidualRmsnormBwdArgs;
 
@@ -39,16 +42,21 @@ struct ResidualRmsnormBwdEpilogue {
 
     using Acc = cutlass::epilogue::fusion::Sm90AccFetch;
     using Alpha = cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>;
-    // x through TMA into a smem ring filled ahead by the epilogue load warp (on the C pipeline): the stage-0
-    // variant (predicated vector loads at the start of each subtile) left the epilogue waiting on global loads
-    // (ncu: 70 % of stalls on L1TEX scoreboard, 3x the cuBLAS dgrad time at the llama3-1B q/k/v shape).
+    // TMA x: a smem ring filled ahead by the epilogue load warp (on the C pipeline). The stage-0 loads leave the
+    // epilogue waiting on global memory (ncu at the llama3-1B q/k/v dgrad: 70 % of stalls on the L1TEX
+    // scoreboard, 3.0x the cuBLAS time; TMA: 2.1x), but TMA's smem costs a mainloop stage, which the LM-head dgrad
+    // (K = V) pays more than it saves (1.00-1.10x stage 0 vs 1.01-1.18x TMA). The dispatch picks by K.
     using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<
         TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC, ElementD,
         typename Traits::EpilogueSchedule>;
     using XDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpiDesc, cutlass::layout::RowMajor, ElementD>;
     static_assert(cute::is_same_v<typename XDesc::Stride, MatStride>, "x stride type");
-    using X = cutlass::epilogue::fusion::Sm90AuxLoad<XDesc::Stages, typename EpiDesc::EpilogueTile, ElementD, MatStride,
-                                                     typename XDesc::SmemLayoutAtom, typename XDesc::CopyOpS2R>;
+    using XTma = cutlass::epilogue::fusion::Sm90AuxLoad<XDesc::Stages, typename EpiDesc::EpilogueTile, ElementD,
+                                                        MatStride, typename XDesc::SmemLayoutAtom,
+                                                        typename XDesc::CopyOpS2R>;
+    using XVec = cutlass::epilogue::fusion::Sm90AuxLoad<0, typename Traits::EpilogueTile, ElementD, MatStride, void,
+                                                        void>;
+    using X = cute::conditional_t<kTmaX, XTma, XVec>;
     using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
     using Gamma = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, RowVec>;
     using AStore = cutlass::epilogue::fusion::Sm90AuxStore<0, typename Traits::EpilogueTile, ElementD, kRound,
@@ -108,8 +116,8 @@ struct ResidualRmsnormBwdEpilogue {
   };
 };
 
-template <class Config, class Element = cutlass::bfloat16_t>
-using ResidualRmsnormBwdKernel = gemm::FusedLinear<Config, ResidualRmsnormBwdEpilogue, Element, Element,
+template <class Config, class Element = cutlass::bfloat16_t, bool kTmaX = true>
+using ResidualRmsnormBwdKernel = gemm::FusedLinear<Config, ResidualRmsnormBwdEpilogue<kTmaX>, Element, Element,
                                                    cutlass::layout::RowMajor, cutlass::layout::RowMajor>;
 
 }  // namespace coda::ops

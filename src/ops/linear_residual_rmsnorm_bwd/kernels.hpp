@@ -26,8 +26,11 @@ struct ResidualRmsnormBwdArgs {
 };
 
 namespace residual_rmsnorm_bwd_kernels {
+/// x through TMA (the default).
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
+/// x through stage-0 vector loads (one more mainloop stage): the very long K of the LM-head dgrad.
+gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1_xvec();
 }  // namespace residual_rmsnorm_bwd_kernels
 
 /// B2 on bf16|fp16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N], x [M,N], gamma [N], rstd and

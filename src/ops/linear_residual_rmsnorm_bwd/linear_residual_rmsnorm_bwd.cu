@@ -16,7 +16,12 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
                                  int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, bool fp16, void* workspace,
                                  size_t workspace_bytes, cudaStream_t stream) {
   namespace kn = residual_rmsnorm_bwd_kernels;
-  auto choice = choose_kernel("coda_linear_residual_rmsnorm_bwd", fp16, kn::dgrad_bf16_pp_128x128x64_c2x1(),
+  // Very long K (the LM-head dgrad, K = V): the stage-0 x variant keeps the 6th mainloop stage (bench_backward,
+  // cc0a20e: 1.00-1.10x cuBLAS there vs 1.01-1.18x with TMA x; TMA x is better at every K <= 57344 measured).
+  constexpr int64_t kLongK = 65536;
+  bool const long_k = !fp16 && Nd >= kLongK;
+  auto choice = choose_kernel("coda_linear_residual_rmsnorm_bwd", fp16,
+                              long_k ? kn::dgrad_bf16_pp_128x128x64_c2x1_xvec() : kn::dgrad_bf16_pp_128x128x64_c2x1(),
                               kn::dgrad_fp16_pp_128x128x64_c2x1());
   if (!choice.pinned) choice.knobs = raster_n(1);
   gemm::KernelOps<ResidualRmsnormBwdArgs> const& k = *choice.ops;

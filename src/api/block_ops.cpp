@@ -1,0 +1,355 @@
+// C ABI of the CODA block (include/coda/block.h): validation of the whole block first, then the ops in order
+// through their own C entry points (each re-validates its step cheaply; a failure there is a CODA bug, reported
+// with the step's name). Temporaries come from the caller's workspace, carved in 256-byte aligned slots.
+#include <coda/block.h>
+#include <coda/coda.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "api/checks.hpp"
+#include "api/guard.hpp"
+#include "api/validate.hpp"
+
+using coda::api::Arg;
+using coda::api::guarded;
+using coda::detail::fail;
+namespace api = coda::api;
+
+namespace {
+
+struct Dims {
+  int64_t M, d, F, qo, W;  // tokens, hidden, intermediate, hq hd (attention output), (hq + 2 hkv) hd (q/k/v)
+};
+
+void check_config(coda_block_config const* c) {
+  if (c == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "config: must not be NULL");
+  if (c->hidden_size <= 0 || c->hidden_size % 8 != 0) {
+    fail(CODA_ERROR_SHAPE, "config.hidden_size: must be a positive multiple of 8, got ", c->hidden_size);
+  }
+  if (c->intermediate_size <= 0 || c->intermediate_size % 8 != 0) {
+    fail(CODA_ERROR_SHAPE, "config.intermediate_size: must be a positive multiple of 8, got ", c->intermediate_size);
+  }
+  if (c->head_dim != 64 && c->head_dim != 128) {
+    fail(CODA_ERROR_SHAPE, "config.head_dim: must be 64 or 128, got ", c->head_dim);
+  }
+  if (c->n_q_heads <= 0 || c->n_kv_heads <= 0 || c->n_q_heads % c->n_kv_heads != 0) {
+    fail(CODA_ERROR_SHAPE, "config.n_q_heads, config.n_kv_heads: must be > 0 with n_kv_heads dividing n_q_heads, got ",
+         c->n_q_heads, " and ", c->n_kv_heads);
+  }
+  api::check_eps(c->eps);
+}
+
+Dims dims_of(coda_block_config const& c, int64_t M) {
+  int64_t const hd = c.head_dim;
+  return {M, c.hidden_size, c.intermediate_size, c.n_q_heads * hd, (c.n_q_heads + 2 * int64_t{c.n_kv_heads}) * hd};
+}
+
+/// A weight [rows, cols] in the block's dtype (that of `like`), row-major, TMA-aligned.
+void check_weight(Arg w, Arg like, int64_t rows, int64_t cols, char const* rows_what, char const* cols_what) {
+  api::require_tensor(w);
+  api::require_rank(w, 2);
+  api::require_same_dtype(w, like);
+  api::require_size(w, 0, rows, rows_what, "config");
+  api::require_size(w, 1, cols, cols_what, "config");
+  api::require_row_major(w);
+  api::require_tma_aligned(w, true);
+}
+
+void check_weights(coda_block_weights const* w, Arg like, Dims const& s) {
+  if (w == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "weights: must not be NULL");
+  check_weight({&w->w_o, "weights.w_o"}, like, s.d, s.qo, "hidden_size", "n_q_heads * head_dim");
+  api::check_vector({&w->gamma1, "weights.gamma1"}, s.d, {like.dtype()}, "hidden_size", "config");
+  check_weight({&w->w_gu, "weights.w_gu"}, like, 2 * s.F, s.d, "2 * intermediate_size", "hidden_size");
+  check_weight({&w->w_down, "weights.w_down"}, like, s.d, s.F, "hidden_size", "intermediate_size");
+  api::check_vector({&w->gamma2, "weights.gamma2"}, s.d, {like.dtype()}, "hidden_size", "config");
+  check_weight({&w->w_qkv, "weights.w_qkv"}, like, s.W, s.d, "(n_q_heads + 2 n_kv_heads) * head_dim", "hidden_size");
+}
+
+/// A weight gradient: the weight's shape, fp32 or the weight's dtype, row-major, TMA-aligned.
+void check_grad(Arg g, Arg w) {
+  api::require_tensor(g);
+  api::require_rank(g, 2);
+  api::require_dtype(g, {w.dtype(), CODA_FP32});
+  api::require_size(g, 0, w.size(0), "rows", w.name);
+  api::require_size(g, 1, w.size(1), "cols", w.name);
+  api::require_row_major(g);
+  api::require_tma_aligned(g, true);
+}
+
+/// Row-major [rows, cols] view with row stride ld over `data`.
+coda_tensor view2d(void* data, coda_dtype dt, int64_t rows, int64_t cols, int64_t ld, int device) {
+  coda_tensor t{};
+  t.data = data;
+  t.dtype = dt;
+  t.rank = 2;
+  t.sizes[0] = rows;
+  t.sizes[1] = cols;
+  t.strides[0] = ld;
+  t.strides[1] = 1;
+  t.device = device;
+  return t;
+}
+
+coda_tensor view1d(void* data, coda_dtype dt, int64_t n, int device) {
+  coda_tensor t{};
+  t.data = data;
+  t.dtype = dt;
+  t.rank = 1;
+  t.sizes[0] = n;
+  t.strides[0] = 1;
+  t.device = device;
+  return t;
+}
+
+/// The transpose of a row-major matrix as a column-major view (no copy): what coda_gemm takes for dz^T, a^T, ...
+coda_tensor transposed(coda_tensor const& t) {
+  coda_tensor r = t;
+  r.sizes[0] = t.sizes[1];
+  r.sizes[1] = t.sizes[0];
+  r.strides[0] = 1;
+  r.strides[1] = t.sizes[0] > 1 ? t.strides[0] : t.sizes[1];
+  return r;
+}
+
+/// 256-byte aligned slots carved from the caller's workspace; `size_only` just sums.
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
+  void* take(size_t bytes) {
+    void* const p = base_ == nullptr ? nullptr : base_ + used_;
+    used_ += api::round_up_256(bytes);
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+/// Runs one op's C entry point; a failure (a CODA bug once the block validated) is reported with the step.
+void step(coda_status st, char const* what) {
+  if (st != CODA_SUCCESS) fail(st, "step ", what, " failed: ", coda_last_error());
+}
+
+// ---- forward -----------------------------------------------------------------------------------------------------
+
+struct ForwardPlan {
+  void* h;        // [M, d] h1, then h2
+  void* y1;       // [M, F]
+  void* op_ws;    // the largest op workspace
+  size_t op_ws_bytes;
+  size_t total;
+};
+
+ForwardPlan plan_forward(Dims const& s, void* workspace) {
+  Carver c(workspace);
+  ForwardPlan p{};
+  p.h = c.take(static_cast<size_t>(s.M * s.d) * 2);
+  p.y1 = c.take(static_cast<size_t>(s.M * s.F) * 2);
+  p.op_ws_bytes = std::max({coda_linear_residual_rmsnorm_workspace_size(s.M, s.d),
+                            coda_linear_rowscale_swiglu_workspace_size(s.M, 2 * s.F),
+                            coda_linear_rowscale_rope_workspace_size(s.M, s.W)});
+  p.op_ws = c.take(p.op_ws_bytes);
+  p.total = c.used();
+  return p;
+}
+
+// ---- backward ----------------------------------------------------------------------------------------------------
+
+struct BackwardPlan {
+  void* a;     // [M, d] a2, then a1
+  void* y1;    // [M, F]
+  float* zdz1;
+  float* zdz2;
+  void* op_ws;
+  size_t op_ws_bytes;
+  size_t total;
+};
+
+BackwardPlan plan_backward(Dims const& s, void* workspace) {
+  Carver c(workspace);
+  BackwardPlan p{};
+  p.a = c.take(static_cast<size_t>(s.M * s.d) * 2);
+  p.y1 = c.take(static_cast<size_t>(s.M * s.F) * 2);
+  p.zdz1 = static_cast<float*>(c.take(static_cast<size_t>(s.M) * 4));
+  p.zdz2 = static_cast<float*>(c.take(static_cast<size_t>(s.M) * 4));
+  p.op_ws_bytes = std::max({coda_linear_residual_rmsnorm_bwd_workspace_size(s.M, s.d),
+                            coda_linear_swiglu_bwd_zdz_workspace_size(s.M, s.F),
+                            coda_gemm_workspace_size(s.W, s.d, s.M), coda_gemm_workspace_size(s.d, s.F, s.M),
+                            coda_gemm_workspace_size(2 * s.F, s.d, s.M), coda_gemm_workspace_size(s.M, s.qo, s.d),
+                            coda_gemm_workspace_size(s.d, s.qo, s.M)});
+  p.op_ws = c.take(p.op_ws_bytes);
+  p.total = c.used();
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+CODA_API size_t coda_block_forward_workspace_size(const coda_block_config* config, int64_t M) {
+  if (config == nullptr || M < 0 || config->hidden_size <= 0 || config->intermediate_size <= 0) return 0;
+  return plan_forward(dims_of(*config, M), nullptr).total;
+}
+
+CODA_API size_t coda_block_backward_workspace_size(const coda_block_config* config, int64_t M) {
+  if (config == nullptr || M < 0 || config->hidden_size <= 0 || config->intermediate_size <= 0) return 0;
+  return plan_backward(dims_of(*config, M), nullptr).total;
+}
+
+CODA_API coda_status coda_block_forward(const coda_block_config* config, const coda_block_weights* weights,
+                                        const coda_tensor* y0, const coda_tensor* x0, const coda_tensor* positions,
+                                        const coda_tensor* inv_freq, coda_block_saved* saved, void* workspace,
+                                        size_t workspace_bytes, void* stream) {
+  return guarded("coda_block_forward", [&] {
+    check_config(config);
+    Arg const Y0{y0, "y0"}, X0{x0, "x0"}, P{positions, "positions"}, IF{inv_freq, "inv_freq"};
+    api::require_tensor(Y0);
+    api::require_rank(Y0, 2);
+    api::require_dtype(Y0, {CODA_BF16, CODA_FP16});
+    Dims const s = dims_of(*config, Y0.size(0));
+    api::check_activation(Y0, Y0, s.M, s.qo, "M", "n_q_heads * head_dim");
+    api::check_activation(X0, Y0, s.M, s.d, "M = y0.sizes[0]", "hidden_size");
+    check_weights(weights, Y0, s);
+    api::check_rope_args(P, IF, config->n_q_heads, config->n_kv_heads, config->head_dim, s.M);
+    if (saved == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "saved: must not be NULL");
+    Arg const X1{&saved->x1, "saved.x1"}, R1{&saved->rstd1, "saved.rstd1"}, Z1{&saved->z1, "saved.z1"};
+    Arg const X2{&saved->x2, "saved.x2"}, R2{&saved->rstd2, "saved.rstd2"}, Q{&saved->qkv, "saved.qkv"};
+    api::check_activation(X1, Y0, s.M, s.d, "M", "hidden_size");
+    api::check_vector(R1, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
+    api::check_activation(Z1, Y0, s.M, 2 * s.F, "M", "2 * intermediate_size");
+    api::check_activation(X2, Y0, s.M, s.d, "M", "hidden_size");
+    api::check_vector(R2, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
+    api::check_activation(Q, Y0, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
+    api::require_same_or_disjoint(X1, X0);  // x1 may replace x0 in place
+    coda_block_weights const& w = *weights;
+    Arg const WO{&w.w_o, "weights.w_o"}, G1{&w.gamma1, "weights.gamma1"}, WGU{&w.w_gu, "weights.w_gu"};
+    Arg const WD{&w.w_down, "weights.w_down"}, G2{&w.gamma2, "weights.gamma2"}, WQ{&w.w_qkv, "weights.w_qkv"};
+    api::check_disjoint({X1, R1, Z1, X2, R2, Q}, {Y0, P, IF, WO, G1, WGU, WD, G2, WQ});
+    api::check_disjoint({X2, R1, Z1, R2, Q}, {X0});
+    ForwardPlan const plan = plan_forward(s, workspace);
+    api::require_workspace("coda_block_forward", workspace, workspace_bytes, plan.total);
+    int const device = api::require_same_device({Y0, X0, P, IF, X1, R1, Z1, X2, R2, Q, WO, G1, WGU, WD, G2, WQ});
+    api::require_kernel_device(device, {Y0});
+    if (s.M == 0) return;
+
+    coda_dtype const dt = Y0.dtype();
+    coda_tensor h = view2d(plan.h, dt, s.M, s.d, s.d, device);
+    coda_tensor y1 = view2d(plan.y1, dt, s.M, s.F, s.F, device);
+    step(coda_linear_residual_rmsnorm(y0, &w.w_o, x0, &w.gamma1, config->eps, &saved->x1, &h, &saved->rstd1,
+                                      plan.op_ws, plan.op_ws_bytes, stream),
+         "F1 (out-projection + residual + RMSNorm 1)");
+    step(coda_linear_rowscale_swiglu(&h, &w.w_gu, &saved->rstd1, &saved->z1, &y1, plan.op_ws, plan.op_ws_bytes,
+                                     stream),
+         "F3 (gate/up + SwiGLU)");
+    step(coda_linear_residual_rmsnorm(&y1, &w.w_down, &saved->x1, &w.gamma2, config->eps, &saved->x2, &h,
+                                      &saved->rstd2, plan.op_ws, plan.op_ws_bytes, stream),
+         "F1 (down-projection + residual + RMSNorm 2)");
+    step(coda_linear_rowscale_rope(&h, &w.w_qkv, &saved->rstd2, positions, inv_freq, config->n_q_heads,
+                                   config->n_kv_heads, config->head_dim, &saved->qkv, plan.op_ws, plan.op_ws_bytes,
+                                   stream),
+         "F4 (q/k/v + RoPE)");
+  });
+}
+
+CODA_API coda_status coda_block_backward(const coda_block_config* config, const coda_block_weights* weights,
+                                         const coda_tensor* y0, const coda_tensor* positions,
+                                         const coda_tensor* inv_freq, const coda_block_saved* saved,
+                                         coda_tensor* dqkv, const coda_tensor* dx2, coda_tensor* dy0_out,
+                                         coda_tensor* dx0_out, coda_block_grads* grads, void* workspace,
+                                         size_t workspace_bytes, void* stream) {
+  return guarded("coda_block_backward", [&] {
+    check_config(config);
+    Arg const Y0{y0, "y0"}, P{positions, "positions"}, IF{inv_freq, "inv_freq"};
+    api::require_tensor(Y0);
+    api::require_rank(Y0, 2);
+    api::require_dtype(Y0, {CODA_BF16, CODA_FP16});
+    Dims const s = dims_of(*config, Y0.size(0));
+    api::check_activation(Y0, Y0, s.M, s.qo, "M", "n_q_heads * head_dim");
+    check_weights(weights, Y0, s);
+    api::check_rope_args(P, IF, config->n_q_heads, config->n_kv_heads, config->head_dim, s.M);
+    if (saved == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "saved: must not be NULL");
+    Arg const X1{&saved->x1, "saved.x1"}, R1{&saved->rstd1, "saved.rstd1"}, Z1{&saved->z1, "saved.z1"};
+    Arg const X2{&saved->x2, "saved.x2"}, R2{&saved->rstd2, "saved.rstd2"}, Q{&saved->qkv, "saved.qkv"};
+    api::check_activation(X1, Y0, s.M, s.d, "M", "hidden_size");
+    api::check_vector(R1, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
+    api::check_activation(Z1, Y0, s.M, 2 * s.F, "M", "2 * intermediate_size");
+    api::check_activation(X2, Y0, s.M, s.d, "M", "hidden_size");
+    api::check_vector(R2, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
+    api::check_activation(Q, Y0, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
+    Arg const DQ{dqkv, "dqkv"}, DX2{dx2, "dx2"}, DY0{dy0_out, "dy0_out"}, DX0{dx0_out, "dx0_out"};
+    api::check_activation(DQ, Y0, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
+    if (dx2 != nullptr) api::check_activation(DX2, Y0, s.M, s.d, "M", "hidden_size");
+    api::check_activation(DY0, Y0, s.M, s.qo, "M", "n_q_heads * head_dim");
+    api::check_activation(DX0, Y0, s.M, s.d, "M", "hidden_size");
+    if (grads == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "grads: must not be NULL");
+    coda_block_weights const& w = *weights;
+    Arg const WO{&w.w_o, "weights.w_o"}, G1{&w.gamma1, "weights.gamma1"}, WGU{&w.w_gu, "weights.w_gu"};
+    Arg const WD{&w.w_down, "weights.w_down"}, G2{&w.gamma2, "weights.gamma2"}, WQ{&w.w_qkv, "weights.w_qkv"};
+    Arg const GWO{&grads->w_o, "grads.w_o"}, GG1{&grads->gamma1, "grads.gamma1"}, GWGU{&grads->w_gu, "grads.w_gu"};
+    Arg const GWD{&grads->w_down, "grads.w_down"}, GG2{&grads->gamma2, "grads.gamma2"};
+    Arg const GWQ{&grads->w_qkv, "grads.w_qkv"};
+    check_grad(GWO, WO);
+    check_grad(GWGU, WGU);
+    check_grad(GWD, WD);
+    check_grad(GWQ, WQ);
+    api::check_vector(GG1, s.d, {CODA_FP32}, "hidden_size", "config");
+    api::check_vector(GG2, s.d, {CODA_FP32}, "hidden_size", "config");
+    api::require_same_or_disjoint(DX0, DX2);  // dx0 may replace dx2 in place
+    // Written: dqkv (in place), z1 (overwritten with dz1), dy0, dx0, the grads. Read-only: the rest.
+    api::check_disjoint({DY0, DX0, GWO, GG1, GWGU, GWD, GG2, GWQ},
+                        {Y0, P, IF, X1, R1, X2, R2, Q, DQ, Z1, WO, G1, WGU, WD, G2, WQ});
+    api::check_disjoint({DY0, GWO, GG1, GWGU, GWD, GG2, GWQ}, {DX2});
+    api::check_disjoint({DQ, Z1}, {Y0, P, IF, X1, R1, X2, R2, Q, DX2, WO, G1, WGU, WD, G2, WQ});
+    BackwardPlan const plan = plan_backward(s, workspace);
+    api::require_workspace("coda_block_backward", workspace, workspace_bytes, plan.total);
+    int const device = api::require_same_device({Y0, P, IF, X1, R1, Z1, X2, R2, Q, DQ, DX2, DY0, DX0, WO, G1, WGU,
+                                                 WD, G2, WQ, GWO, GG1, GWGU, GWD, GG2, GWQ});
+    api::require_kernel_device(device, {Y0});
+
+    coda_dtype const dt = Y0.dtype();
+    coda_tensor a = view2d(plan.a, dt, s.M, s.d, s.d, device);
+    coda_tensor y1 = view2d(plan.y1, dt, s.M, s.F, s.F, device);
+    coda_tensor zdz1 = view1d(plan.zdz1, CODA_FP32, s.M, device);
+    coda_tensor zdz2 = view1d(plan.zdz2, CODA_FP32, s.M, device);
+    void* const ws = plan.op_ws;
+    size_t const wsb = plan.op_ws_bytes;
+
+    // 1. B1: dz_qkv (over dqkv) and zdz2 = (1/d) <qkv, dqkv>.
+    step(coda_rope_bwd_zdz(&saved->qkv, dqkv, positions, inv_freq, config->n_q_heads, config->n_kv_heads,
+                           config->head_dim, s.d, dqkv, &zdz2, stream),
+         "B1 (RoPE backward)");
+    // 2. B2 with W_qkv: dx2 (into dx0) = dx2_in + RMSNorm-2 backward of dz_qkv W_qkv; a2; dgamma2.
+    step(coda_linear_residual_rmsnorm_bwd(dqkv, &w.w_qkv, &saved->x2, &w.gamma2, &saved->rstd2, &zdz2, dx2, 1.0f,
+                                          dx0_out, &a, &grads->gamma2, ws, wsb, stream),
+         "B2 (q/k/v dgrad + RMSNorm 2 backward)");
+    // 3. dW_qkv = dz_qkv^T a2.
+    coda_tensor const dq_t = transposed(*dqkv), a_t = transposed(a);
+    step(coda_gemm(&dq_t, &a_t, &grads->w_qkv, 1.0f, 0, ws, wsb, stream), "dW_qkv = dz_qkv^T a2");
+    // 4. B3 with W_down: dz1 (over z1), y1, zdz1 from dx2.
+    step(coda_linear_swiglu_bwd_zdz(dx0_out, &w.w_down, &saved->z1, const_cast<coda_tensor*>(&saved->z1), &y1, &zdz1,
+                                    ws, wsb, stream),
+         "B3 (down dgrad + SwiGLU backward)");
+    // 5. dW_down = dx2^T y1.
+    coda_tensor const dx2_t = transposed(*dx0_out), y1_t = transposed(y1);
+    step(coda_gemm(&dx2_t, &y1_t, &grads->w_down, 1.0f, 0, ws, wsb, stream), "dW_down = dx2^T y1");
+    // 6. B2 with W_gu: dx1 = dx2 + RMSNorm-1 backward of dz1 W_gu (in place in dx0); a1; dgamma1.
+    step(coda_linear_residual_rmsnorm_bwd(&saved->z1, &w.w_gu, &saved->x1, &w.gamma1, &saved->rstd1, &zdz1, dx0_out,
+                                          1.0f, dx0_out, &a, &grads->gamma1, ws, wsb, stream),
+         "B2 (gate/up dgrad + RMSNorm 1 backward)");
+    // 7. dW_gu = dz1^T a1.
+    coda_tensor const dz1_t = transposed(saved->z1);
+    step(coda_gemm(&dz1_t, &a_t, &grads->w_gu, 1.0f, 0, ws, wsb, stream), "dW_gu = dz1^T a1");
+    // 8. dy0 = dx1 W_o (W_o^T as a column-major [hq hd, d] view).
+    coda_tensor const wo_t = transposed(w.w_o);
+    step(coda_gemm(dx0_out, &wo_t, dy0_out, 1.0f, 0, ws, wsb, stream), "dy0 = dx1 W_o");
+    // 9. dW_o = dx1^T y0.
+    coda_tensor const dx1_t = transposed(*dx0_out), y0_t = transposed(*y0);
+    step(coda_gemm(&dx1_t, &y0_t, &grads->w_o, 1.0f, 0, ws, wsb, stream), "dW_o = dx1^T y0");
+  });
+}
+
+}  // extern "C"

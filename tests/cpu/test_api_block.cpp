@@ -1,0 +1,130 @@
+// The block API's validation (include/coda/block.h): valid arguments reach the device stage; every rule names the
+// argument; nothing is written on rejection; the workspace sizes cover the temporaries.
+#include <coda/block.h>
+#include <coda/coda.h>
+#include <gtest/gtest.h>
+
+#include "cpu/tensor_pool.hpp"
+
+namespace {
+
+using coda::test::TensorPool;
+
+constexpr int64_t kM = 24, kD = 64, kF = 96;
+constexpr int32_t kHq = 2, kHkv = 1, kHd = 64;
+constexpr int64_t kQo = kHq * kHd, kW = (kHq + 2 * kHkv) * kHd;
+
+struct Block {
+  TensorPool pool;
+  coda_dtype dt = CODA_BF16;
+  coda_block_config config{kD, kF, kHq, kHkv, kHd, 1e-5f};
+  coda_block_weights w{pool.make(dt, {kD, kQo}),     pool.make(dt, {kD}),     pool.make(dt, {2 * kF, kD}),
+                       pool.make(dt, {kD, kF}),      pool.make(dt, {kD}),     pool.make(dt, {kW, kD})};
+  coda_block_grads g{pool.make(CODA_FP32, {kD, kQo}), pool.make(CODA_FP32, {kD}),
+                     pool.make(CODA_FP32, {2 * kF, kD}), pool.make(CODA_FP32, {kD, kF}),
+                     pool.make(CODA_FP32, {kD}),       pool.make(dt, {kW, kD})};
+  coda_block_saved saved{pool.make(dt, {kM, kD}), pool.make(CODA_FP32, {kM}), pool.make(dt, {kM, 2 * kF}),
+                         pool.make(dt, {kM, kD}), pool.make(CODA_FP32, {kM}), pool.make(dt, {kM, kW})};
+  coda_tensor y0 = pool.make(dt, {kM, kQo}), x0 = pool.make(dt, {kM, kD});
+  coda_tensor pos = pool.make(CODA_INT32, {kM}), freq = pool.make(CODA_FP32, {kHd / 2});
+  coda_tensor dqkv = pool.make(dt, {kM, kW}), dx2 = pool.make(dt, {kM, kD});
+  coda_tensor dy0 = pool.make(dt, {kM, kQo}), dx0 = pool.make(dt, {kM, kD});
+  size_t fwd_bytes = coda_block_forward_workspace_size(&config, kM);
+  size_t bwd_bytes = coda_block_backward_workspace_size(&config, kM);
+  void* fwd_ws = pool.bytes(fwd_bytes);
+  void* bwd_ws = pool.bytes(bwd_bytes);
+
+  coda_status forward() {
+    return coda_block_forward(&config, &w, &y0, &x0, &pos, &freq, &saved, fwd_ws, fwd_bytes, nullptr);
+  }
+  coda_status backward(coda_tensor const* dx2_in) {
+    return coda_block_backward(&config, &w, &y0, &pos, &freq, &saved, &dqkv, dx2_in, &dy0, &dx0, &g, bwd_ws,
+                               bwd_bytes, nullptr);
+  }
+};
+
+TEST(BlockApi, ValidArgumentsReachTheDevice) {
+  Block b;
+  auto& pool = b.pool;
+  EXPECT_DEVICE_STAGE(b.forward(), "y0:");
+  EXPECT_DEVICE_STAGE(b.backward(&b.dx2), "y0:");
+  EXPECT_DEVICE_STAGE(b.backward(nullptr), "y0:");
+  b.saved.x1 = b.x0;  // x1 in place over x0
+  EXPECT_DEVICE_STAGE(b.forward(), "y0:");
+  b.dx0 = b.dx2;  // dx0 in place over dx2
+  EXPECT_DEVICE_STAGE(b.backward(&b.dx2), "y0:");
+}
+
+TEST(BlockApi, WorkspaceSizes) {
+  coda_block_config const c{kD, kF, kHq, kHkv, kHd, 1e-5f};
+  // Forward: h [M,d] and y1 [M,F] bf16 at least; backward adds the two zdz vectors.
+  EXPECT_GE(coda_block_forward_workspace_size(&c, kM), static_cast<size_t>(kM * (kD + kF) * 2));
+  EXPECT_GE(coda_block_backward_workspace_size(&c, kM), static_cast<size_t>(kM * (kD + kF) * 2 + 2 * kM * 4));
+  EXPECT_LE(coda_block_forward_workspace_size(&c, kM), coda_block_forward_workspace_size(&c, 4 * kM));
+  EXPECT_EQ(coda_block_forward_workspace_size(nullptr, kM), 0u);
+}
+
+TEST(BlockApi, ConfigRules) {
+  Block b;
+  auto& pool = b.pool;
+  EXPECT_REJECTED(coda_block_forward(nullptr, &b.w, &b.y0, &b.x0, &b.pos, &b.freq, &b.saved, b.fwd_ws, b.fwd_bytes,
+                                     nullptr),
+                  CODA_ERROR_INVALID_ARGUMENT, "config");
+  b.config.head_dim = 96;
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "config.head_dim", "64 or 128");
+  b.config.head_dim = kHd;
+  b.config.n_kv_heads = 3;
+  EXPECT_REJECTED(b.backward(nullptr), CODA_ERROR_SHAPE, "n_kv_heads");
+  b.config.n_kv_heads = kHkv;
+  b.config.eps = 0.0f;
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "eps");
+  b.config.eps = 1e-5f;
+  b.config.intermediate_size = 100;
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "config.intermediate_size", "multiple of 8");
+}
+
+TEST(BlockApi, ShapeAndDtypeRules) {
+  Block b;
+  auto& pool = b.pool;
+  b.w.w_gu = pool.make(CODA_BF16, {kF, kD});  // stacked half: wrong rows
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "weights.w_gu", "2 * intermediate_size");
+  b.w.w_gu = pool.make(CODA_FP16, {2 * kF, kD});  // dtype differs from y0
+  EXPECT_REJECTED(b.backward(nullptr), CODA_ERROR_DTYPE, "weights.w_gu");
+  b.w.w_gu = pool.make(CODA_BF16, {2 * kF, kD});
+  b.saved.qkv = pool.make(CODA_BF16, {kM, kQo});  // missing k/v columns
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "saved.qkv");
+  b.saved.qkv = pool.make(CODA_BF16, {kM, kW});
+  b.g.w_o = pool.make(CODA_INT32, {kD, kQo});
+  EXPECT_REJECTED(b.backward(nullptr), CODA_ERROR_DTYPE, "grads.w_o");
+  b.g.w_o = pool.make(CODA_FP32, {kD, kQo});
+  b.g.gamma1 = pool.make(CODA_BF16, {kD});  // dgamma is fp32
+  EXPECT_REJECTED(b.backward(nullptr), CODA_ERROR_DTYPE, "grads.gamma1");
+  b.g.gamma1 = pool.make(CODA_FP32, {kD});
+  coda_tensor short_dx2 = pool.make(CODA_BF16, {kM - 1, kD});
+  EXPECT_REJECTED(b.backward(&short_dx2), CODA_ERROR_SHAPE, "dx2");
+}
+
+TEST(BlockApi, AliasingAndWorkspaceRules) {
+  Block b;
+  auto& pool = b.pool;
+  b.saved.z1 = b.dqkv;  // different shape: caught as a shape error first
+  b.saved.z1.sizes[1] = 2 * kF;
+  b.saved.z1.strides[0] = 2 * kF;
+  b.saved.z1.sizes[0] = kM * kW / (2 * kF);
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "saved.z1");
+  b.saved.z1 = pool.make(CODA_BF16, {kM, 2 * kF});
+  b.saved.x2 = b.saved.x1;  // two outputs on one buffer
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_ALIASING, "saved.x2");
+  b.saved.x2 = pool.make(CODA_BF16, {kM, kD});
+  b.dy0 = b.y0;  // an output over an input
+  EXPECT_REJECTED(b.backward(nullptr), CODA_ERROR_ALIASING, "dy0_out", "y0");
+  b.dy0 = pool.make(CODA_BF16, {kM, kQo});
+  EXPECT_REJECTED(coda_block_forward(&b.config, &b.w, &b.y0, &b.x0, &b.pos, &b.freq, &b.saved, b.fwd_ws,
+                                     b.fwd_bytes - 256, nullptr),
+                  CODA_ERROR_WORKSPACE, "coda_block_forward");
+  EXPECT_REJECTED(coda_block_backward(&b.config, &b.w, &b.y0, &b.pos, &b.freq, &b.saved, &b.dqkv, nullptr, &b.dy0,
+                                      &b.dx0, &b.g, nullptr, b.bwd_bytes, nullptr),
+                  CODA_ERROR_WORKSPACE, "coda_block_backward");
+}
+
+}  // namespace
