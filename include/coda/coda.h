@@ -225,7 +225,7 @@ CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V);
  * Statistics in fp32 (lse merged across tiles in double); the logits themselves are never rounded to bf16.
  * A target outside [0,V) that is not ignore_index makes that row's loss NaN (and a mean/sum loss NaN), without a
  * host sync. M == 0: nothing is launched; loss_out is 0 for mean/sum.
- * \param h [M,K] bf16 (fp16: gated as for coda_linear_rowscale). \param w [V,K] same dtype. \param rstd [M] fp32.
+ * \param h [M,K] bf16|fp16. \param w [V,K] same dtype. \param rstd [M] fp32.
  * \param targets [M] int32|int64. \param options NULL for coda_ce_options_default().
  * \param chunk_rows rows per fused GEMM, >= 1, or 0 for the default (8192: each chunk's GEMM stays large).
  * \param loss_out [] fp32 for mean/sum, [M] fp32 for none.
@@ -237,6 +237,32 @@ CODA_API coda_status coda_linear_cross_entropy(const coda_tensor* h, const coda_
                                                int64_t chunk_rows, coda_tensor* loss_out, coda_tensor* lse_out,
                                                void* workspace, size_t workspace_bytes, void* stream);
 CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, int64_t chunk_rows);
+
+/**
+ * Backward of the LM head + cross-entropy and of the final RMSNorm before it (the last layer's exit, MATH.md F6 and
+ * B2), chunked so that dlogits exist for `chunk_rows` tokens at a time. Per chunk of rows:
+ *   l = diag(rstd) (h w^T) (recomputed, F2); dl, zdz as coda_cross_entropy computes them (F6, with the gradient
+ *   each row receives under options->reduction and grad_loss over all M rows: a mean divides by the number of
+ *   non-ignored rows of the whole batch); then B2 with D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
+ *   c = x rstd; dW += dl^T a (fp32, across chunks); dgamma = sum over chunks (fixed order, deterministic).
+ * \param h [M,d] bf16|fp16: x * gamma as given to the forward (keep it, or recompute with coda_rmsnorm_prepare).
+ * \param w [V,d] same dtype, V % 8 == 0. \param rstd [M] fp32 (the final norm's). \param x [M,d] same dtype (the
+ *        residual stream the final norm normalised). \param gamma [d] same dtype. \param targets [M] int32|int64.
+ * \param options NULL for coda_ce_options_default(). \param grad_loss as coda_cross_entropy (NULL: 1).
+ * \param chunk_rows rows per chunk, >= 1, or 0 for the default (2048: 0.5 GiB of bf16 dlogits at V = 128256).
+ * \param dx_in NULL or [M,d]. \param dx_out [M,d] same dtype; may alias dx_in exactly (in place).
+ * \param dw_out [V,d] fp32, overwritten. \param dgamma_out [d] fp32, overwritten.
+ * Workspace: coda_linear_cross_entropy_bwd_workspace_size(M, V, d, chunk_rows) bytes (one chunk of logits, a, zdz,
+ * the per-chunk dgamma rows and the ops' workspaces).
+ */
+CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const coda_tensor* w,
+                                                   const coda_tensor* rstd, const coda_tensor* x,
+                                                   const coda_tensor* gamma, const coda_tensor* targets,
+                                                   const coda_ce_options* options, const coda_tensor* grad_loss,
+                                                   int64_t chunk_rows, const coda_tensor* dx_in, coda_tensor* dx_out,
+                                                   coda_tensor* dw_out, coda_tensor* dgamma_out, void* workspace,
+                                                   size_t workspace_bytes, void* stream);
+CODA_API size_t coda_linear_cross_entropy_bwd_workspace_size(int64_t M, int64_t V, int64_t d, int64_t chunk_rows);
 
 /* ------------------------------------------------------------------------------------------------------------- */
 /* Backward ops                                                                                                  */

@@ -413,6 +413,28 @@ void cross_entropy(CrossEntropyArgs const& a, cudaStream_t stream) {
   }
 }
 
+namespace {
+__global__ void __launch_bounds__(kReduceThreads) ce_mean_grad_scale_kernel(void const* targets, bool is64, int64_t M,
+                                                                            int64_t ignore_index,
+                                                                            float const* grad_loss, float* out) {
+  __shared__ unsigned long long scratch[32];
+  unsigned long long c = 0;
+  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) c += load_target(targets, is64, m) != ignore_index ? 1 : 0;
+  c = detail::block_sum(c, scratch);
+  if (threadIdx.x == 0) {
+    float const g = grad_loss != nullptr ? grad_loss[0] : 1.0f;
+    *out = c == 0 ? 0.0f : g / static_cast<float>(c);
+  }
+}
+}  // namespace
+
+void ce_mean_grad_scale(void const* targets, bool targets_int64, int64_t M, int64_t ignore_index,
+                        float const* grad_loss, float* out, cudaStream_t stream) {
+  ce_mean_grad_scale_kernel<<<1, kReduceThreads, 0, stream>>>(targets, targets_int64, M, ignore_index, grad_loss,
+                                                               out);
+  CODA_CHECK_LAUNCH();
+}
+
 void cross_entropy_from_stats(CrossEntropyStatsArgs const& a, cudaStream_t stream) {
   if (a.M <= 0) return;
   auto* ws = static_cast<char*>(a.workspace);

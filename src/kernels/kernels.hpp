@@ -83,6 +83,11 @@ void cross_entropy_from_stats(CrossEntropyStatsArgs const& args, cudaStream_t st
 /// F6 (coda_cross_entropy). Up to three kernels: the non-ignored row count (reduction mean only), one block per row
 /// (statistics pass, then gradient pass), and a one-block fixed-order loss reduction (mean/sum).
 void cross_entropy(CrossEntropyArgs const& args, cudaStream_t stream);
+/// The per-row gradient scale of a mean-reduced loss for a caller that processes rows in chunks: out[0] =
+/// (grad_loss ? grad_loss[0] : 1) / (number of rows m < M with targets[m] != ignore_index), in float exactly as
+/// cross_entropy divides, and 0 when every row is ignored. One block.
+void ce_mean_grad_scale(void const* targets, bool targets_int64, int64_t M, int64_t ignore_index,
+                        float const* grad_loss, float* out, cudaStream_t stream);
 
 // ---- RoPE backward (rope_bwd.cu) --------------------------------------------------------------------------------
 

@@ -1,0 +1,226 @@
+// C ABI of the LM head + cross-entropy backward (coda_linear_cross_entropy_bwd): validation of the whole call, then
+// per chunk of rows F2 (recomputed logits) -> F6 (dlogits in place, zdz) -> B2 (dx, a, dgamma of the chunk) -> dW +=
+// dlogits^T a (fp32), so dlogits exist for one chunk at a time. The ops run through their own C entry points (a
+// failure there, after this validation, is a CODA bug reported with the step) plus two tiny internal kernels (the
+// mean's gradient scale over all rows, the fixed-order dgamma sum over chunks).
+#include <coda/coda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "api/checks.hpp"
+#include "api/guard.hpp"
+#include "api/validate.hpp"
+#include "kernels/kernels.hpp"
+
+using coda::api::Arg;
+using coda::api::guarded;
+using coda::detail::fail;
+namespace api = coda::api;
+
+namespace {
+
+constexpr int64_t kDefaultChunkRows = 2048;  // dlogits chunk at V = 128256: 0.5 GiB bf16; the GEMMs stay large
+
+int64_t chunk_of(int64_t M, int64_t chunk_rows) {
+  int64_t const c = chunk_rows == 0 ? kDefaultChunkRows : chunk_rows;
+  return std::max<int64_t>(1, std::min(c, M));
+}
+
+struct Plan {
+  float* g = nullptr;        // [1] mean's gradient scale
+  void* logits = nullptr;    // [C, V] logits, then dlogits
+  void* a = nullptr;         // [C, d]
+  float* zdz = nullptr;      // [C]
+  float* loss = nullptr;     // [C] per-row losses of the chunk (not used further)
+  float* dgamma = nullptr;   // [chunks, d] per-chunk dgamma
+  void* op_ws = nullptr;
+  size_t op_ws_bytes = 0;
+  size_t total = 0;
+};
+
+Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) {
+  Plan p{};
+  if (M <= 0) return p;
+  int64_t const C = chunk_of(M, chunk_rows), chunks = (M + C - 1) / C;
+  char* base = static_cast<char*>(workspace);
+  size_t used = 0;
+  auto take = [&](size_t bytes) {
+    void* const ptr = base == nullptr ? nullptr : base + used;
+    used += api::round_up_256(bytes);
+    return ptr;
+  };
+  p.g = static_cast<float*>(take(sizeof(float)));
+  p.logits = take(static_cast<size_t>(C * V) * 2);
+  p.a = take(static_cast<size_t>(C * d) * 2);
+  p.zdz = static_cast<float*>(take(static_cast<size_t>(C) * 4));
+  p.loss = static_cast<float*>(take(static_cast<size_t>(C) * 4));
+  p.dgamma = static_cast<float*>(take(static_cast<size_t>(chunks * d) * 4));
+  p.op_ws_bytes = std::max({coda_linear_rowscale_workspace_size(C, V), coda_cross_entropy_workspace_size(C, V),
+                            coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(V, d, C)});
+  p.op_ws = take(p.op_ws_bytes);
+  p.total = used;
+  return p;
+}
+
+/// Rows [r0, r0 + rows) of a row-major matrix (or a vector) as a view.
+coda_tensor rows_of(coda_tensor const& t, int64_t r0, int64_t rows) {
+  coda_tensor v = t;
+  v.data = static_cast<char*>(t.data) + r0 * t.strides[0] * static_cast<int64_t>(coda_dtype_size(t.dtype));
+  v.sizes[0] = rows;
+  return v;
+}
+
+coda_tensor dense(void* data, coda_dtype dt, int64_t rows, int64_t cols, int device) {
+  coda_tensor t{};
+  t.data = data;
+  t.dtype = dt;
+  t.rank = cols < 0 ? 1 : 2;
+  t.sizes[0] = rows;
+  t.strides[0] = cols < 0 ? 1 : cols;
+  if (cols >= 0) {
+    t.sizes[1] = cols;
+    t.strides[1] = 1;
+  }
+  t.device = device;
+  return t;
+}
+
+coda_tensor transposed(coda_tensor const& t) {
+  coda_tensor r = t;
+  r.sizes[0] = t.sizes[1];
+  r.sizes[1] = t.sizes[0];
+  r.strides[0] = 1;
+  r.strides[1] = t.sizes[0] > 1 ? t.strides[0] : t.sizes[1];
+  return r;
+}
+
+void step(coda_status st, char const* what) {
+  if (st != CODA_SUCCESS) fail(st, "step ", what, " failed: ", coda_last_error());
+}
+
+}  // namespace
+
+extern "C" {
+
+CODA_API size_t coda_linear_cross_entropy_bwd_workspace_size(int64_t M, int64_t V, int64_t d, int64_t chunk_rows) {
+  if (M < 0 || V <= 0 || d <= 0 || chunk_rows < 0) return 0;
+  return plan(M, V, d, chunk_rows, nullptr).total;
+}
+
+CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const coda_tensor* w,
+                                                   const coda_tensor* rstd, const coda_tensor* x,
+                                                   const coda_tensor* gamma, const coda_tensor* targets,
+                                                   const coda_ce_options* options, const coda_tensor* grad_loss,
+                                                   int64_t chunk_rows, const coda_tensor* dx_in, coda_tensor* dx_out,
+                                                   coda_tensor* dw_out, coda_tensor* dgamma_out, void* workspace,
+                                                   size_t workspace_bytes, void* stream) {
+  return guarded("coda_linear_cross_entropy_bwd", [&] {
+    Arg const Hh{h, "h"}, W{w, "w"}, S{rstd, "rstd"}, X{x, "x"}, G{gamma, "gamma"}, T{targets, "targets"};
+    Arg const GL{grad_loss, "grad_loss"}, DXI{dx_in, "dx_in"}, DX{dx_out, "dx_out"}, DW{dw_out, "dw_out"};
+    Arg const DG{dgamma_out, "dgamma_out"};
+    coda_ce_options const o = options != nullptr ? *options : coda_ce_options_default();
+    api::LinearShape const s = api::check_linear(Hh, W);  // M, N = V, K = d
+    int64_t const M = s.M, V = s.N, d = s.K;
+    if (V % 8 != 0) {
+      fail(CODA_ERROR_SHAPE, "w: sizes[0] (V) must be a multiple of 8 for the backward (dlogits rows are the "
+           "dgrad's TMA-loaded K dimension), got ", V);
+    }
+    api::check_vector(S, M, {CODA_FP32}, "M", "h.sizes[0]");
+    api::check_activation(X, Hh, M, d, "M = h.sizes[0]", "d = h.sizes[1]");
+    api::check_vector(G, d, {Hh.dtype()}, "d", "h.sizes[1]");
+    api::check_vector(T, M, {CODA_INT32, CODA_INT64}, "M", "h.sizes[0]");
+    api::check_ce_options(o);
+    bool const per_row = o.reduction == CODA_REDUCTION_NONE;
+    if (grad_loss != nullptr) {
+      if (per_row) {
+        api::check_vector(GL, M, {CODA_FP32}, "M", "h.sizes[0] (reduction none)");
+      } else {
+        api::require_tensor(GL);
+        api::require_dtype(GL, {CODA_FP32});
+        if (GL.t->rank != 0) {
+          fail(CODA_ERROR_SHAPE, "grad_loss: must be a scalar (rank 0) for reduction mean/sum, got shape ",
+               api::shape_string(*GL.t));
+        }
+      }
+    }
+    if (chunk_rows < 0) fail(CODA_ERROR_INVALID_ARGUMENT, "chunk_rows: must be >= 1, or 0 for the default, got ", chunk_rows);
+    if (dx_in != nullptr) api::check_activation(DXI, Hh, M, d, "M", "d");
+    api::check_activation(DX, Hh, M, d, "M", "d");
+    api::require_tensor(DW);
+    api::require_rank(DW, 2);
+    api::require_dtype(DW, {CODA_FP32});
+    api::require_size(DW, 0, V, "V", "w.sizes[0]");
+    api::require_size(DW, 1, d, "d", "w.sizes[1]");
+    api::require_row_major(DW);
+    api::require_tma_aligned(DW, true);
+    api::check_vector(DG, d, {CODA_FP32}, "d", "h.sizes[1]");
+    api::require_same_or_disjoint(DX, DXI);  // the residual gradient accumulated in place
+    api::check_disjoint({DX, DW, DG}, {Hh, W, S, X, G, T, GL});
+    api::check_disjoint({DW, DG}, {DXI});
+    Plan const p = plan(M, V, d, chunk_rows, workspace);
+    api::require_workspace("coda_linear_cross_entropy_bwd", workspace, workspace_bytes, p.total);
+    int const device = api::require_same_device({Hh, W, S, X, G, T, GL, DXI, DX, DW, DG});
+    api::require_kernel_device(device, {Hh, W, S, X, G, T, GL, DXI, DX, DW, DG});
+    auto const st = static_cast<cudaStream_t>(stream);
+
+    if (M == 0) {  // empty sums: dW = 0, dgamma = 0; dx = dx_in (or 0)
+      CODA_CUDA_CHECK(cudaMemset2DAsync(dw_out->data, static_cast<size_t>(V > 1 ? DW.stride(0) : d) * 4, 0,
+                                        static_cast<size_t>(d) * 4, static_cast<size_t>(V), st));
+      CODA_CUDA_CHECK(cudaMemsetAsync(dgamma_out->data, 0, static_cast<size_t>(d) * 4, st));
+      return;
+    }
+    coda_dtype const dt = Hh.dtype();
+    bool const targets64 = T.dtype() == CODA_INT64;
+    int64_t const C = chunk_of(M, chunk_rows), chunks = (M + C - 1) / C;
+
+    // The gradient each row's loss receives: mean -> one scale over all rows (then "sum" per chunk); sum -> the
+    // caller's scalar; none -> the caller's per-row vector, chunk by chunk.
+    coda_ce_options oc = o;
+    coda_tensor g_scalar{};
+    if (o.reduction == CODA_REDUCTION_MEAN) {
+      coda::kernels::ce_mean_grad_scale(targets->data, targets64, M, o.ignore_index,
+                                        grad_loss != nullptr ? static_cast<float const*>(grad_loss->data) : nullptr,
+                                        p.g, st);
+      oc.reduction = CODA_REDUCTION_SUM;
+      g_scalar = dense(p.g, CODA_FP32, 0, -1, device);
+      g_scalar.rank = 0;
+    }
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t const r0 = c * C, rows = std::min(C, M - r0);
+      coda_tensor const h_c = rows_of(*h, r0, rows), x_c = rows_of(*x, r0, rows);
+      coda_tensor const rstd_c = rows_of(*rstd, r0, rows), t_c = rows_of(*targets, r0, rows);
+      coda_tensor logits = dense(p.logits, dt, rows, V, device);
+      coda_tensor a = dense(p.a, dt, rows, d, device);
+      coda_tensor zdz = dense(p.zdz, CODA_FP32, rows, -1, device);
+      coda_tensor loss = per_row ? dense(p.loss, CODA_FP32, rows, -1, device) : dense(p.loss, CODA_FP32, 0, -1, device);
+      if (!per_row) loss.rank = 0;
+      coda_tensor dgamma_c = dense(p.dgamma + c * d, CODA_FP32, d, -1, device);
+      coda_tensor gl_c{};
+      coda_tensor const* gl = nullptr;
+      if (o.reduction == CODA_REDUCTION_MEAN) {
+        gl = &g_scalar;
+      } else if (grad_loss != nullptr) {
+        gl_c = per_row ? rows_of(*grad_loss, r0, rows) : *grad_loss;
+        gl = &gl_c;
+      }
+      coda_tensor dx_c = rows_of(*dx_out, r0, rows);
+      coda_tensor dx_in_c{};
+      if (dx_in != nullptr) dx_in_c = rows_of(*dx_in, r0, rows);
+
+      step(coda_linear_rowscale(&h_c, w, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream), "F2 (logits)");
+      step(coda_cross_entropy(&logits, &t_c, &oc, gl, d, &loss, &logits, &zdz, p.op_ws, p.op_ws_bytes, stream),
+           "F6 (dlogits, zdz)");
+      step(coda_linear_residual_rmsnorm_bwd(&logits, w, &x_c, gamma, &rstd_c, &zdz, dx_in != nullptr ? &dx_in_c : nullptr,
+                                            1.0f, &dx_c, &a, &dgamma_c, p.op_ws, p.op_ws_bytes, stream),
+           "B2 (dgrad + final RMSNorm backward)");
+      coda_tensor const dl_t = transposed(logits), a_t = transposed(a);
+      step(coda_gemm(&dl_t, &a_t, dw_out, 1.0f, c > 0 ? 1 : 0, p.op_ws, p.op_ws_bytes, stream),
+           "dW += dlogits^T a");
+    }
+    coda::kernels::column_sum(p.dgamma, chunks, d, d, static_cast<float*>(dgamma_out->data), st);
+  });
+}
+
+}  // extern "C"
