@@ -59,8 +59,15 @@ struct ResidualRmsnormBwdEpilogue {
     using X = cute::conditional_t<kTmaX, XTma, XVec>;
     using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
     using Gamma = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, RowVec>;
-    using AStore = cutlass::epilogue::fusion::Sm90AuxStore<0, typename Traits::EpilogueTile, ElementD, kRound,
-                                                           MatStride, void, void>;
+    // a leaves like D when x arrives by TMA (R2S in postreduce, TMA store), else through vector stores.
+    using ADesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpiDesc, cutlass::layout::RowMajor,
+                                                                           ElementD>;
+    using AStoreTma = cutlass::epilogue::fusion::Sm90AuxStore<ADesc::Stages, typename EpiDesc::EpilogueTile, ElementD,
+                                                              kRound, MatStride, typename ADesc::SmemLayoutAtom,
+                                                              typename ADesc::CopyOpR2S>;
+    using AStoreVec = cutlass::epilogue::fusion::Sm90AuxStore<0, typename Traits::EpilogueTile, ElementD, kRound,
+                                                              MatStride, void, void>;
+    using AStore = cute::conditional_t<kTmaX, AStoreTma, AStoreVec>;
     using DgammaPartials = cutlass::epilogue::fusion::Sm90RowReduction<
         cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape, float, float, kRound, RowVec, 4, true,
         /*FinalReduction=*/false>;
