@@ -164,6 +164,25 @@ def block_table(rows):
     return out
 
 
+def lm_head_table(rows):
+    """bench_lm_head: LM head + CE + final-norm forward+backward, CODA chunked vs materialized logits."""
+    shapes = OrderedDict()
+    for r in rows:
+        if r.get("suite") != "lm_head":
+            continue
+        shapes.setdefault((r["config"], r["M"], r["N"], r["K"]), {})[r["variant"]] = r
+    out = ["| config | M | V | d | CODA ms | materialized ms | materialized/CODA time | CODA peak MiB | "
+           "materialized peak MiB | materialized/CODA memory |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (cfg, m, v, d), x in shapes.items():
+        c, mat = x.get("coda"), x.get("materialized")
+        if not (c and mat):
+            continue
+        out.append("| %s | %d | %d | %d | %.3f | %.3f | %.3f | %.1f | %.1f | %.2f |" % (
+            cfg, m, v, d, c["ms"], mat["ms"], mat["ms"] / c["ms"], c["peak_measured_mib"], mat["peak_measured_mib"],
+            mat["peak_measured_mib"] / c["peak_measured_mib"]))
+    return out
+
+
 def sweep_table(rows):
     shapes = OrderedDict()
     for r in rows:
@@ -229,6 +248,12 @@ def main():
         lines.append("## The block, forward and backward (suite block)")
         lines.append("")
         lines.append("Backward = (forward+backward) - forward, both measured. Bold: above issue 5's 1.05x.")
+        lines.append("")
+        lines.extend(table)
+        lines.append("")
+    table = lm_head_table(rows)
+    if len(table) > 2:
+        lines.append("## LM head + cross-entropy + final norm, forward+backward (suite lm_head)")
         lines.append("")
         lines.extend(table)
         lines.append("")
