@@ -84,6 +84,8 @@ namespace {
 using coda_bench::Buffer;
 using coda_bench::check_coda;
 using coda_bench::cublas_linear;
+using coda_bench::cublas_dgrad;
+using coda_bench::device_used;
 using coda_bench::fill_f32;
 using coda_bench::fill_random;
 using coda_bench::fill_targets;
@@ -419,20 +421,6 @@ void launch_swiglu_bwd(void const* dy, void const* z, int64_t M, int64_t F, int6
 
 // ---- cuBLAS, CODA and memory helpers -----------------------------------------------------------------------------
 
-/// The dgrad D[M,N] = alpha * dz[M,K] w[K,N], all bf16 row-major as stored, fp32 compute. cuBLAS is column-major,
-/// and a row-major [r,c] matrix is a column-major [c,r] one with leading dimension c, so the call computes
-/// D^T[N,M] = w^T[N,K] dz^T[K,M] with both operands untransposed: A = w (op N, lda = N), B = dz (op N, ldb = K),
-/// C = D^T (ldc = N); m, n, k = N, M, K. (The library's own cuBLAS path, src/gemm/cublas_backend.cu, passes a
-/// column-major "B" such as w^T with op N and ldb = N in the same way.)
-void cublas_dgrad(cublasHandle_t handle, void const* dz, void const* w, void* d, int64_t M, int64_t N, int64_t K,
-                  float alpha) {
-  float const beta = 0.0f;
-  CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
-                            static_cast<int>(K), &alpha, w, CUDA_R_16BF, static_cast<int>(N), dz, CUDA_R_16BF,
-                            static_cast<int>(K), &beta, d, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
-}
-
 /// A rank-0 (scalar) tensor descriptor.
 coda_tensor scalar(void* p, coda_dtype t, int device) {
   coda_tensor x{};
@@ -441,13 +429,6 @@ coda_tensor scalar(void* p, coda_dtype t, int device) {
   x.rank = 0;
   x.device = device;
   return x;
-}
-
-/// Device memory in use (total - free), bytes.
-size_t device_used() {
-  size_t free_bytes = 0, total_bytes = 0;
-  CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  return total_bytes - free_bytes;
 }
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }

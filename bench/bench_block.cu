@@ -34,7 +34,9 @@ namespace {
 
 using coda_bench::Buffer;
 using coda_bench::check_coda;
+using coda_bench::cublas_dgrad;
 using coda_bench::cublas_linear;
+using coda_bench::cublas_wgrad;
 using coda_bench::fill_f32;
 using coda_bench::fill_random;
 using coda_bench::Geo;
@@ -85,24 +87,6 @@ Options parse(int argc, char** argv) {
   if (o.reps < 1) o.reps = 1;
   if (o.warmup < 1) o.warmup = 1;
   return o;
-}
-
-/// D[M,N] = dz[M,K] w[K,N], both row-major, bf16 out (the dgrad).
-void cublas_dgrad(cublasHandle_t h, void const* dz, void const* w, void* d, int64_t M, int64_t N, int64_t K) {
-  float const one = 1.0f, zero = 0.0f;
-  CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
-                            static_cast<int>(K), &one, w, CUDA_R_16BF, static_cast<int>(N), dz, CUDA_R_16BF,
-                            static_cast<int>(K), &zero, d, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
-}
-
-/// dW[N',N] = dz[M,N']^T a[M,N], both row-major, fp32 out (the wgrad).
-void cublas_wgrad(cublasHandle_t h, void const* dz, void const* a, float* dw, int64_t M, int64_t Nd, int64_t N) {
-  float const one = 1.0f, zero = 0.0f;
-  CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(N), static_cast<int>(Nd),
-                            static_cast<int>(M), &one, a, CUDA_R_16BF, static_cast<int>(N), dz, CUDA_R_16BF,
-                            static_cast<int>(Nd), &zero, dw, CUDA_R_32F, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
 }
 
 __global__ void iota_i32(int32_t* p, int64_t n) {

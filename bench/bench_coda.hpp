@@ -85,6 +85,34 @@ static __global__ void fill_f32(float* p, size_t n, uint64_t seed, float lo, flo
 
 // ---- reporting ---------------------------------------------------------------------------------------------------
 
+/// D[M,N] = alpha dz[M,K] w[K,N], both row-major as stored, bf16 out (the dgrad). cuBLAS is column-major: it
+/// computes D^T[N,M] = w^T dz^T with both operands untransposed (A = w, lda = N; B = dz, ldb = K; ldc = N).
+inline void cublas_dgrad(cublasHandle_t handle, void const* dz, void const* w, void* d, int64_t M, int64_t N, int64_t K,
+                         float alpha = 1.0f) {
+  float const beta = 0.0f;
+  CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                            static_cast<int>(K), &alpha, w, CUDA_R_16BF, static_cast<int>(N), dz, CUDA_R_16BF,
+                            static_cast<int>(K), &beta, d, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+/// dW[N',N] = dz[M,N']^T a[M,N], both row-major, fp32 out (the wgrad).
+inline void cublas_wgrad(cublasHandle_t handle, void const* dz, void const* a, float* dw, int64_t M, int64_t Nd,
+                         int64_t N) {
+  float const one = 1.0f, zero = 0.0f;
+  CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(N), static_cast<int>(Nd),
+                            static_cast<int>(M), &one, a, CUDA_R_16BF, static_cast<int>(N), dz, CUDA_R_16BF,
+                            static_cast<int>(Nd), &zero, dw, CUDA_R_32F, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+/// Device memory in use (total - free), bytes.
+inline size_t device_used() {
+  size_t free_bytes = 0, total_bytes = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes - free_bytes;
+}
+
 inline double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
 /// A positive number as JSON, anything else (0, negative, NaN) as null.

@@ -33,6 +33,8 @@ namespace {
 using coda_bench::Buffer;
 using coda_bench::check_coda;
 using coda_bench::cublas_linear;
+using coda_bench::cublas_wgrad;
+using coda_bench::device_used;
 using coda_bench::fill_f32;
 using coda_bench::fill_random;
 using coda_bench::fill_targets;
@@ -42,12 +44,6 @@ using coda_bench::vec1d;
 
 constexpr int64_t kV = 128256;
 
-size_t device_used() {
-  size_t free_b = 0, total_b = 0;
-  CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  return total_b - free_b;
-}
-
 coda_tensor scalar(void* p, int dev) {
   coda_tensor t{};
   t.data = p;
@@ -55,15 +51,6 @@ coda_tensor scalar(void* p, int dev) {
   t.rank = 0;
   t.device = dev;
   return t;
-}
-
-/// dW[N',N] = dz[M,N']^T a[M,N] (row-major inputs, fp32 out).
-void cublas_wgrad(cublasHandle_t h, void const* dz, void const* a, float* dw, int64_t M, int64_t Nd, int64_t N) {
-  float const one = 1.0f, zero = 0.0f;
-  CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(N), static_cast<int>(Nd),
-                            static_cast<int>(M), &one, a, CUDA_R_16BF, static_cast<int>(N), dz, CUDA_R_16BF,
-                            static_cast<int>(Nd), &zero, dw, CUDA_R_32F, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
 }
 
 /// Every buffer of one variant (inputs included: both variants hold the same inputs).

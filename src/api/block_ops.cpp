@@ -9,11 +9,17 @@
 #include <string>
 
 #include "api/checks.hpp"
+#include "api/compose.hpp"
 #include "api/guard.hpp"
 #include "api/validate.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
+using coda::api::Carver;
+using coda::api::step;
+using coda::api::transposed;
+using coda::api::view1d;
+using coda::api::view2d;
 using coda::detail::fail;
 namespace api = coda::api;
 
@@ -78,60 +84,15 @@ void check_grad(Arg g, Arg w) {
   api::require_tma_aligned(g, true);
 }
 
-/// Row-major [rows, cols] view with row stride ld over `data`.
-coda_tensor view2d(void* data, coda_dtype dt, int64_t rows, int64_t cols, int64_t ld, int device) {
-  coda_tensor t{};
-  t.data = data;
-  t.dtype = dt;
-  t.rank = 2;
-  t.sizes[0] = rows;
-  t.sizes[1] = cols;
-  t.strides[0] = ld;
-  t.strides[1] = 1;
-  t.device = device;
-  return t;
-}
-
-coda_tensor view1d(void* data, coda_dtype dt, int64_t n, int device) {
-  coda_tensor t{};
-  t.data = data;
-  t.dtype = dt;
-  t.rank = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  t.device = device;
-  return t;
-}
-
-/// The transpose of a row-major matrix as a column-major view (no copy): what coda_gemm takes for dz^T, a^T, ...
-coda_tensor transposed(coda_tensor const& t) {
-  coda_tensor r = t;
-  r.sizes[0] = t.sizes[1];
-  r.sizes[1] = t.sizes[0];
-  r.strides[0] = 1;
-  r.strides[1] = t.sizes[0] > 1 ? t.strides[0] : t.sizes[1];
-  return r;
-}
-
-/// 256-byte aligned slots carved from the caller's workspace; `size_only` just sums.
-class Carver {
- public:
-  explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
-  void* take(size_t bytes) {
-    void* const p = base_ == nullptr ? nullptr : base_ + used_;
-    used_ += api::round_up_256(bytes);
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
-
-/// Runs one op's C entry point; a failure (a CODA bug once the block validated) is reported with the step.
-void step(coda_status st, char const* what) {
-  if (st != CODA_SUCCESS) fail(st, "step ", what, " failed: ", coda_last_error());
+/// The saved tensors: shapes and dtypes (the block's dtype is y0's).
+void check_saved(coda_block_saved const* saved, Arg like, Dims const& s) {
+  if (saved == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "saved: must not be NULL");
+  api::check_activation({&saved->x1, "saved.x1"}, like, s.M, s.d, "M", "hidden_size");
+  api::check_vector({&saved->rstd1, "saved.rstd1"}, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
+  api::check_activation({&saved->z1, "saved.z1"}, like, s.M, 2 * s.F, "M", "2 * intermediate_size");
+  api::check_activation({&saved->x2, "saved.x2"}, like, s.M, s.d, "M", "hidden_size");
+  api::check_vector({&saved->rstd2, "saved.rstd2"}, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
+  api::check_activation({&saved->qkv, "saved.qkv"}, like, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
 }
 
 // ---- forward -----------------------------------------------------------------------------------------------------
@@ -215,15 +176,9 @@ CODA_API coda_status coda_block_forward(const coda_block_config* config, const c
     api::check_activation(X0, Y0, s.M, s.d, "M = y0.sizes[0]", "hidden_size");
     check_weights(weights, Y0, s);
     api::check_rope_args(P, IF, config->n_q_heads, config->n_kv_heads, config->head_dim, s.M);
-    if (saved == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "saved: must not be NULL");
+    check_saved(saved, Y0, s);
     Arg const X1{&saved->x1, "saved.x1"}, R1{&saved->rstd1, "saved.rstd1"}, Z1{&saved->z1, "saved.z1"};
     Arg const X2{&saved->x2, "saved.x2"}, R2{&saved->rstd2, "saved.rstd2"}, Q{&saved->qkv, "saved.qkv"};
-    api::check_activation(X1, Y0, s.M, s.d, "M", "hidden_size");
-    api::check_vector(R1, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
-    api::check_activation(Z1, Y0, s.M, 2 * s.F, "M", "2 * intermediate_size");
-    api::check_activation(X2, Y0, s.M, s.d, "M", "hidden_size");
-    api::check_vector(R2, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
-    api::check_activation(Q, Y0, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
     api::require_same_or_disjoint(X1, X0);  // x1 may replace x0 in place
     coda_block_weights const& w = *weights;
     Arg const WO{&w.w_o, "weights.w_o"}, G1{&w.gamma1, "weights.gamma1"}, WGU{&w.w_gu, "weights.w_gu"};
@@ -271,15 +226,9 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     api::check_activation(Y0, Y0, s.M, s.qo, "M", "n_q_heads * head_dim");
     check_weights(weights, Y0, s);
     api::check_rope_args(P, IF, config->n_q_heads, config->n_kv_heads, config->head_dim, s.M);
-    if (saved == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "saved: must not be NULL");
+    check_saved(saved, Y0, s);
     Arg const X1{&saved->x1, "saved.x1"}, R1{&saved->rstd1, "saved.rstd1"}, Z1{&saved->z1, "saved.z1"};
     Arg const X2{&saved->x2, "saved.x2"}, R2{&saved->rstd2, "saved.rstd2"}, Q{&saved->qkv, "saved.qkv"};
-    api::check_activation(X1, Y0, s.M, s.d, "M", "hidden_size");
-    api::check_vector(R1, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
-    api::check_activation(Z1, Y0, s.M, 2 * s.F, "M", "2 * intermediate_size");
-    api::check_activation(X2, Y0, s.M, s.d, "M", "hidden_size");
-    api::check_vector(R2, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
-    api::check_activation(Q, Y0, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
     Arg const DQ{dqkv, "dqkv"}, DX2{dx2, "dx2"}, DY0{dy0_out, "dy0_out"}, DX0{dx0_out, "dx0_out"};
     api::check_activation(DQ, Y0, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
     if (dx2 != nullptr) api::check_activation(DX2, Y0, s.M, s.d, "M", "hidden_size");

@@ -77,6 +77,20 @@ void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source) {
   }
 }
 
+void check_grad_loss(Arg grad_loss, int64_t M, bool per_row, char const* source) {
+  if (grad_loss.t == nullptr) return;
+  if (per_row) {
+    check_vector(grad_loss, M, {CODA_FP32}, "M", source);
+    return;
+  }
+  require_tensor(grad_loss);
+  require_dtype(grad_loss, {CODA_FP32});
+  if (grad_loss.t->rank != 0) {
+    fail(CODA_ERROR_SHAPE, grad_loss.name, ": must be a scalar (rank 0) for reduction mean/sum, got shape ",
+         shape_string(*grad_loss.t));
+  }
+}
+
 void check_eps(float eps) {
   if (!(eps > 0.0f) || !std::isfinite(eps)) {
     fail(CODA_ERROR_INVALID_ARGUMENT, "eps: must be finite and > 0, got ", eps);

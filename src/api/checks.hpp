@@ -23,6 +23,9 @@ int64_t check_rope_args(Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t 
                         int64_t M);
 /// Cross-entropy options: a known reduction, label_smoothing in [0, 1], z_loss and softcap finite and >= 0.
 void check_ce_options(coda_ce_options const& o);
+/// The upstream gradient of a cross-entropy loss, when given: [M] fp32 for reduction none (per_row), else a rank-0
+/// fp32 scalar.
+void check_grad_loss(Arg grad_loss, int64_t M, bool per_row, char const* source);
 /// The loss output of a cross-entropy op: fp32, [M] for reduction none (per_row), else a rank-0 scalar.
 void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source);
 /// eps > 0 and finite.

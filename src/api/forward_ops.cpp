@@ -275,18 +275,7 @@ CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_te
     api::check_vector(T, M, {CODA_INT32, CODA_INT64}, "M", "logits.sizes[0]");
     api::check_ce_options(o);
     bool const per_row = o.reduction == CODA_REDUCTION_NONE;
-    if (grad_loss != nullptr) {
-      if (per_row) {
-        api::check_vector(GL, M, {CODA_FP32}, "M", "logits.sizes[0] (reduction none)");
-      } else {
-        api::require_tensor(GL);
-        api::require_dtype(GL, {CODA_FP32});
-        if (GL.t->rank != 0) {
-          fail(CODA_ERROR_SHAPE, "grad_loss: must be a scalar (rank 0) for reduction mean/sum, got shape ",
-               api::shape_string(*GL.t));
-        }
-      }
-    }
+    api::check_grad_loss(GL, M, per_row, "logits.sizes[0] (reduction none)");
     api::check_loss_out(L, M, per_row, "logits.sizes[0] (reduction none)");
     if (dlogits_out != nullptr) {
       api::check_activation(D, LG, M, V, "M", "V");

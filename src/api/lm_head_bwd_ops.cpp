@@ -10,12 +10,18 @@
 #include <cstdint>
 
 #include "api/checks.hpp"
+#include "api/compose.hpp"
 #include "api/guard.hpp"
 #include "api/validate.hpp"
 #include "kernels/kernels.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
+using coda::api::rows_of;
+using coda::api::step;
+using coda::api::transposed;
+using coda::api::view1d;
+using coda::api::view2d;
 using coda::detail::fail;
 namespace api = coda::api;
 
@@ -44,13 +50,8 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   Plan p{};
   if (M <= 0) return p;
   int64_t const C = chunk_of(M, chunk_rows), chunks = (M + C - 1) / C;
-  char* base = static_cast<char*>(workspace);
-  size_t used = 0;
-  auto take = [&](size_t bytes) {
-    void* const ptr = base == nullptr ? nullptr : base + used;
-    used += api::round_up_256(bytes);
-    return ptr;
-  };
+  api::Carver carve(workspace);
+  auto take = [&](size_t bytes) { return carve.take(bytes); };
   p.g = static_cast<float*>(take(sizeof(float)));
   p.logits = take(static_cast<size_t>(C * V) * 2);
   p.a = take(static_cast<size_t>(C * d) * 2);
@@ -60,44 +61,8 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   p.op_ws_bytes = std::max({coda_linear_rowscale_workspace_size(C, V), coda_cross_entropy_workspace_size(C, V),
                             coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(V, d, C)});
   p.op_ws = take(p.op_ws_bytes);
-  p.total = used;
+  p.total = carve.used();
   return p;
-}
-
-/// Rows [r0, r0 + rows) of a row-major matrix (or a vector) as a view.
-coda_tensor rows_of(coda_tensor const& t, int64_t r0, int64_t rows) {
-  coda_tensor v = t;
-  v.data = static_cast<char*>(t.data) + r0 * t.strides[0] * static_cast<int64_t>(coda_dtype_size(t.dtype));
-  v.sizes[0] = rows;
-  return v;
-}
-
-coda_tensor dense(void* data, coda_dtype dt, int64_t rows, int64_t cols, int device) {
-  coda_tensor t{};
-  t.data = data;
-  t.dtype = dt;
-  t.rank = cols < 0 ? 1 : 2;
-  t.sizes[0] = rows;
-  t.strides[0] = cols < 0 ? 1 : cols;
-  if (cols >= 0) {
-    t.sizes[1] = cols;
-    t.strides[1] = 1;
-  }
-  t.device = device;
-  return t;
-}
-
-coda_tensor transposed(coda_tensor const& t) {
-  coda_tensor r = t;
-  r.sizes[0] = t.sizes[1];
-  r.sizes[1] = t.sizes[0];
-  r.strides[0] = 1;
-  r.strides[1] = t.sizes[0] > 1 ? t.strides[0] : t.sizes[1];
-  return r;
-}
-
-void step(coda_status st, char const* what) {
-  if (st != CODA_SUCCESS) fail(st, "step ", what, " failed: ", coda_last_error());
 }
 
 }  // namespace
@@ -133,18 +98,7 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
     api::check_vector(T, M, {CODA_INT32, CODA_INT64}, "M", "h.sizes[0]");
     api::check_ce_options(o);
     bool const per_row = o.reduction == CODA_REDUCTION_NONE;
-    if (grad_loss != nullptr) {
-      if (per_row) {
-        api::check_vector(GL, M, {CODA_FP32}, "M", "h.sizes[0] (reduction none)");
-      } else {
-        api::require_tensor(GL);
-        api::require_dtype(GL, {CODA_FP32});
-        if (GL.t->rank != 0) {
-          fail(CODA_ERROR_SHAPE, "grad_loss: must be a scalar (rank 0) for reduction mean/sum, got shape ",
-               api::shape_string(*GL.t));
-        }
-      }
-    }
+    api::check_grad_loss(GL, M, per_row, "h.sizes[0] (reduction none)");
     if (chunk_rows < 0) fail(CODA_ERROR_INVALID_ARGUMENT, "chunk_rows: must be >= 1, or 0 for the default, got ", chunk_rows);
     if (dx_in != nullptr) api::check_activation(DXI, Hh, M, d, "M", "d");
     api::check_activation(DX, Hh, M, d, "M", "d");
@@ -184,19 +138,17 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
                                         grad_loss != nullptr ? static_cast<float const*>(grad_loss->data) : nullptr,
                                         p.g, st);
       oc.reduction = CODA_REDUCTION_SUM;
-      g_scalar = dense(p.g, CODA_FP32, 0, -1, device);
-      g_scalar.rank = 0;
+      g_scalar = view1d(p.g, CODA_FP32, 0, device, /*scalar=*/true);
     }
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t const r0 = c * C, rows = std::min(C, M - r0);
       coda_tensor const h_c = rows_of(*h, r0, rows), x_c = rows_of(*x, r0, rows);
       coda_tensor const rstd_c = rows_of(*rstd, r0, rows), t_c = rows_of(*targets, r0, rows);
-      coda_tensor logits = dense(p.logits, dt, rows, V, device);
-      coda_tensor a = dense(p.a, dt, rows, d, device);
-      coda_tensor zdz = dense(p.zdz, CODA_FP32, rows, -1, device);
-      coda_tensor loss = per_row ? dense(p.loss, CODA_FP32, rows, -1, device) : dense(p.loss, CODA_FP32, 0, -1, device);
-      if (!per_row) loss.rank = 0;
-      coda_tensor dgamma_c = dense(p.dgamma + c * d, CODA_FP32, d, -1, device);
+      coda_tensor logits = view2d(p.logits, dt, rows, V, V, device);
+      coda_tensor a = view2d(p.a, dt, rows, d, d, device);
+      coda_tensor zdz = view1d(p.zdz, CODA_FP32, rows, device);
+      coda_tensor loss = view1d(p.loss, CODA_FP32, rows, device, /*scalar=*/!per_row);
+      coda_tensor dgamma_c = view1d(p.dgamma + c * d, CODA_FP32, d, device);
       coda_tensor gl_c{};
       coda_tensor const* gl = nullptr;
       if (o.reduction == CODA_REDUCTION_MEAN) {
