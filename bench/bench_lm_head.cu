@@ -5,6 +5,8 @@
 // Variants (each computes the loss, dx [M,d] bf16, dW [V,d] fp32 and dgamma [d] fp32 from h = x * gamma, rstd, x):
 //   coda         : coda_linear_cross_entropy (loss; logits never stored) + coda_linear_cross_entropy_bwd (chunks of
 //                  2048 rows: logits recomputed, dlogits of one chunk at a time).
+//   coda_onepass : coda_linear_cross_entropy_bwd alone with loss_out (the training step: loss and gradients in one
+//                  chunked pass, no separate forward).
 //   materialized : cuBLAS logits [M,V] bf16 (row-scaled input) -> coda_cross_entropy (loss, dlogits in place, zdz)
 //                  -> coda_linear_residual_rmsnorm_bwd on the whole dlogits (dx, a, dgamma) -> cuBLAS wgrad dW =
 //                  dlogits^T a (fp32). The [M,V] logits/dlogits buffer is the memory CODA avoids.
@@ -103,7 +105,10 @@ std::unique_ptr<Bufs> make_bufs(bool coda, int64_t M, int64_t d) {
   return b;
 }
 
-void run(bool coda, cublasHandle_t cublas, Bufs const& b, int64_t M, int64_t d, int dev) {
+enum Variant { kCoda = 0, kCodaOnePass = 1, kMaterialized = 2 };
+
+void run(Variant v, cublasHandle_t cublas, Bufs const& b, int64_t M, int64_t d, int dev) {
+  bool const coda = v != kMaterialized;
   coda_ce_options const o = coda_ce_options_default();
   coda_tensor const h = matrix(b.h, CODA_BF16, M, d, dev), w = matrix(b.w, CODA_BF16, kV, d, dev);
   coda_tensor const rstd = vec1d(b.rstd, CODA_FP32, M, dev), x = matrix(b.x, CODA_BF16, M, d, dev);
@@ -111,10 +116,13 @@ void run(bool coda, cublasHandle_t cublas, Bufs const& b, int64_t M, int64_t d, 
   coda_tensor loss = scalar(b.loss, dev), dx = matrix(b.dx, CODA_BF16, M, d, dev);
   coda_tensor dw = matrix(b.dw, CODA_FP32, kV, d, dev), dgamma = vec1d(b.dgamma, CODA_FP32, d, dev);
   if (coda) {
-    check_coda(coda_linear_cross_entropy(&h, &w, &rstd, &t, &o, 0, &loss, nullptr, b.ws, b.ws_bytes, nullptr),
-               "coda_linear_cross_entropy");
+    if (v == kCoda) {
+      check_coda(coda_linear_cross_entropy(&h, &w, &rstd, &t, &o, 0, &loss, nullptr, b.ws, b.ws_bytes, nullptr),
+                 "coda_linear_cross_entropy");
+    }
     check_coda(coda_linear_cross_entropy_bwd(&h, &w, &rstd, &x, &gamma, &t, &o, nullptr, 0, nullptr, &dx, &dw,
-                                             &dgamma, b.ws, b.ws_bytes, nullptr),
+                                             &dgamma, v == kCodaOnePass ? &loss : nullptr, b.ws, b.ws_bytes,
+                                             nullptr),
                "coda_linear_cross_entropy_bwd");
     return;
   }
@@ -181,50 +189,52 @@ int main(int argc, char** argv) {
   coda_bench::Timer timer(opt.reps, opt.flush, 2 * static_cast<size_t>(prop.l2CacheSize));
   std::printf("bench_lm_head on %s, commit %s: LM head + CE + final-norm forward+backward, V = %lld, bf16\n",
               prop.name, commit.c_str(), static_cast<long long>(kV));
-  std::printf("%-11s %6s %6s | %10s %10s %6s | %12s %12s %6s\n", "config", "M", "d", "CODA ms", "mat. ms", "m/c",
-              "CODA MiB", "mat. MiB", "m/c");
+  std::printf("%-11s %6s %6s | %10s %10s %10s | %10s %10s %10s | %s\n", "config", "M", "d", "CODA ms", "1-pass ms",
+              "mat. ms", "CODA MiB", "1-pass MiB", "mat. MiB", "mat/1-pass time, memory");
   for (auto const& m : kModels) {
     if (models.count(m.short_name) == 0) continue;
     int64_t const d = m.d;
-    size_t measured[2] = {0, 0}, allocated[2] = {0, 0};
-    for (int v = 0; v < 2; ++v) {
-      bool const coda = v == 0;
+    size_t measured[3] = {0, 0, 0}, allocated[3] = {0, 0, 0};
+    for (int vi = 0; vi < 3; ++vi) {
+      Variant const v = static_cast<Variant>(vi);
       {
-        auto const b = make_bufs(coda, M, d);
-        run(coda, cublas, *b, M, d, opt.device);
+        auto const b = make_bufs(v != kMaterialized, M, d);
+        run(v, cublas, *b, M, d, opt.device);
         CHECK_CUDA(cudaDeviceSynchronize());
       }
       size_t const before = device_used();
-      auto const b = make_bufs(coda, M, d);
-      run(coda, cublas, *b, M, d, opt.device);
+      auto const b = make_bufs(v != kMaterialized, M, d);
+      run(v, cublas, *b, M, d, opt.device);
       CHECK_CUDA(cudaDeviceSynchronize());
       size_t const after = device_used();
-      measured[v] = after > before ? after - before : 0;
-      allocated[v] = b->bytes;
+      measured[vi] = after > before ? after - before : 0;
+      allocated[vi] = b->bytes;
     }
     auto const bc = make_bufs(true, M, d);
     auto const bm = make_bufs(false, M, d);
     std::vector<coda_bench::Timing> const t = timer.measure_interleaved(
         opt.warmup, 1,
-        {[&](int) { run(true, cublas, *bc, M, d, opt.device); }, [&](int) { run(false, cublas, *bm, M, d, opt.device); }});
-    double const mc = static_cast<double>(measured[0]) / (1 << 20), mm = static_cast<double>(measured[1]) / (1 << 20);
-    std::printf("%-11s %6lld %6lld | %10.3f %10.3f %6.3f | %12.1f %12.1f %6.2f\n", m.name, static_cast<long long>(M),
-                static_cast<long long>(d), t[0].median_ms, t[1].median_ms, t[1].median_ms / t[0].median_ms, mc, mm,
-                mm / mc);
+        {[&](int) { run(kCoda, cublas, *bc, M, d, opt.device); },
+         [&](int) { run(kCodaOnePass, cublas, *bc, M, d, opt.device); },
+         [&](int) { run(kMaterialized, cublas, *bm, M, d, opt.device); }});
+    auto mib = [](size_t b) { return static_cast<double>(b) / (1 << 20); };
+    std::printf("%-11s %6lld %6lld | %10.3f %10.3f %10.3f | %10.1f %10.1f %10.1f | %.3f, %.2f\n", m.name,
+                static_cast<long long>(M), static_cast<long long>(d), t[0].median_ms, t[1].median_ms, t[2].median_ms,
+                mib(measured[0]), mib(measured[1]), mib(measured[2]), t[2].median_ms / t[1].median_ms,
+                mib(measured[2]) / mib(measured[1]));
     std::fflush(stdout);
     if (jsonl != nullptr) {
-      char const* names[] = {"coda", "materialized"};
-      for (int v = 0; v < 2; ++v) {
+      char const* names[] = {"coda", "coda_onepass", "materialized"};
+      for (int v = 0; v < 3; ++v) {
         std::fprintf(jsonl,
                      "{\"suite\":\"lm_head\",\"op\":\"lm_head_fwd_bwd\",\"config\":\"%s\",\"M\":%lld,\"N\":%lld,"
                      "\"K\":%lld,\"pass\":\"fwd+bwd\",\"variant\":\"%s\",\"ms\":%.6f,\"ms_min\":%.6f,"
                      "\"peak_measured_mib\":%.3f,\"alloc_mib\":%.3f,\"commit\":\"%s\",\"gpu\":\"%s\","
                      "\"date\":\"%s\",\"dtype\":\"bf16\",\"reps\":%d}\n",
-                     m.name, static_cast<long long>(M), static_cast<long long>(kV), static_cast<long long>(d),
-                     names[v], t[static_cast<size_t>(v)].median_ms, t[static_cast<size_t>(v)].min_ms,
-                     static_cast<double>(measured[v]) / (1 << 20), static_cast<double>(allocated[v]) / (1 << 20),
-                     coda_bench::json_escape(commit).c_str(), coda_bench::json_escape(prop.name).c_str(),
-                     coda_bench::now_utc().c_str(), opt.reps);
+                     m.name, static_cast<long long>(M), static_cast<long long>(kV), static_cast<long long>(d), names[v],
+                     t[static_cast<size_t>(v)].median_ms, t[static_cast<size_t>(v)].min_ms, mib(measured[v]),
+                     mib(allocated[v]), coda_bench::json_escape(commit).c_str(),
+                     coda_bench::json_escape(prop.name).c_str(), coda_bench::now_utc().c_str(), opt.reps);
       }
       std::fflush(jsonl);
     }

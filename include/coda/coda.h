@@ -252,16 +252,19 @@ CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, i
  * \param chunk_rows rows per chunk, >= 1, or 0 for the default (2048: 0.5 GiB of bf16 dlogits at V = 128256).
  * \param dx_in NULL or [M,d]. \param dx_out [M,d] same dtype; may alias dx_in exactly (in place).
  * \param dw_out [V,d] fp32, overwritten. \param dgamma_out [d] fp32, overwritten.
+ * \param loss_out NULL, or the loss as coda_linear_cross_entropy gives it ([] fp32 for mean/sum, [M] for none):
+ *        a training step then needs no separate forward call (3 GEMMs of M x V x d per step instead of 4).
  * Workspace: coda_linear_cross_entropy_bwd_workspace_size(M, V, d, chunk_rows) bytes (one chunk of logits, a, zdz,
- * the per-chunk dgamma rows and the ops' workspaces).
+ * the per-row losses, the per-chunk dgamma rows and the ops' workspaces).
  */
 CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const coda_tensor* w,
                                                    const coda_tensor* rstd, const coda_tensor* x,
                                                    const coda_tensor* gamma, const coda_tensor* targets,
                                                    const coda_ce_options* options, const coda_tensor* grad_loss,
                                                    int64_t chunk_rows, const coda_tensor* dx_in, coda_tensor* dx_out,
-                                                   coda_tensor* dw_out, coda_tensor* dgamma_out, void* workspace,
-                                                   size_t workspace_bytes, void* stream);
+                                                   coda_tensor* dw_out, coda_tensor* dgamma_out,
+                                                   coda_tensor* loss_out, void* workspace, size_t workspace_bytes,
+                                                   void* stream);
 CODA_API size_t coda_linear_cross_entropy_bwd_workspace_size(int64_t M, int64_t V, int64_t d, int64_t chunk_rows);
 
 /* ------------------------------------------------------------------------------------------------------------- */

@@ -39,7 +39,8 @@ struct Plan {
   void* logits = nullptr;    // [C, V] logits, then dlogits
   void* a = nullptr;         // [C, d]
   float* zdz = nullptr;      // [C]
-  float* loss = nullptr;     // [C] per-row losses of the chunk (not used further)
+  float* loss_rows = nullptr;  // [M] per-row losses (reduced into loss_out for mean/sum)
+  unsigned long long* count = nullptr;  // the mean's non-ignored row count
   float* dgamma = nullptr;   // [chunks, d] per-chunk dgamma
   void* op_ws = nullptr;
   size_t op_ws_bytes = 0;
@@ -56,7 +57,8 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   p.logits = take(static_cast<size_t>(C * V) * 2);
   p.a = take(static_cast<size_t>(C * d) * 2);
   p.zdz = static_cast<float*>(take(static_cast<size_t>(C) * 4));
-  p.loss = static_cast<float*>(take(static_cast<size_t>(C) * 4));
+  p.loss_rows = static_cast<float*>(take(static_cast<size_t>(M) * 4));
+  p.count = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
   p.dgamma = static_cast<float*>(take(static_cast<size_t>(chunks * d) * 4));
   p.op_ws_bytes = std::max({coda_linear_rowscale_workspace_size(C, V), coda_cross_entropy_workspace_size(C, V),
                             coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(V, d, C)});
@@ -79,12 +81,13 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
                                                    const coda_tensor* gamma, const coda_tensor* targets,
                                                    const coda_ce_options* options, const coda_tensor* grad_loss,
                                                    int64_t chunk_rows, const coda_tensor* dx_in, coda_tensor* dx_out,
-                                                   coda_tensor* dw_out, coda_tensor* dgamma_out, void* workspace,
-                                                   size_t workspace_bytes, void* stream) {
+                                                   coda_tensor* dw_out, coda_tensor* dgamma_out,
+                                                   coda_tensor* loss_out, void* workspace, size_t workspace_bytes,
+                                                   void* stream) {
   return guarded("coda_linear_cross_entropy_bwd", [&] {
     Arg const Hh{h, "h"}, W{w, "w"}, S{rstd, "rstd"}, X{x, "x"}, G{gamma, "gamma"}, T{targets, "targets"};
     Arg const GL{grad_loss, "grad_loss"}, DXI{dx_in, "dx_in"}, DX{dx_out, "dx_out"}, DW{dw_out, "dw_out"};
-    Arg const DG{dgamma_out, "dgamma_out"};
+    Arg const DG{dgamma_out, "dgamma_out"}, L{loss_out, "loss_out"};
     coda_ce_options const o = options != nullptr ? *options : coda_ce_options_default();
     api::LinearShape const s = api::check_linear(Hh, W);  // M, N = V, K = d
     int64_t const M = s.M, V = s.N, d = s.K;
@@ -110,19 +113,21 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
     api::require_row_major(DW);
     api::require_tma_aligned(DW, true);
     api::check_vector(DG, d, {CODA_FP32}, "d", "h.sizes[1]");
+    if (loss_out != nullptr) api::check_loss_out(L, M, per_row, "h.sizes[0] (reduction none)");
     api::require_same_or_disjoint(DX, DXI);  // the residual gradient accumulated in place
-    api::check_disjoint({DX, DW, DG}, {Hh, W, S, X, G, T, GL});
-    api::check_disjoint({DW, DG}, {DXI});
+    api::check_disjoint({DX, DW, DG, L}, {Hh, W, S, X, G, T, GL});
+    api::check_disjoint({DW, DG, L}, {DXI});
     Plan const p = plan(M, V, d, chunk_rows, workspace);
     api::require_workspace("coda_linear_cross_entropy_bwd", workspace, workspace_bytes, p.total);
-    int const device = api::require_same_device({Hh, W, S, X, G, T, GL, DXI, DX, DW, DG});
-    api::require_kernel_device(device, {Hh, W, S, X, G, T, GL, DXI, DX, DW, DG});
+    int const device = api::require_same_device({Hh, W, S, X, G, T, GL, DXI, DX, DW, DG, L});
+    api::require_kernel_device(device, {Hh, W, S, X, G, T, GL, DXI, DX, DW, DG, L});
     auto const st = static_cast<cudaStream_t>(stream);
 
     if (M == 0) {  // empty sums: dW = 0, dgamma = 0; dx = dx_in (or 0)
       CODA_CUDA_CHECK(cudaMemset2DAsync(dw_out->data, static_cast<size_t>(V > 1 ? DW.stride(0) : d) * 4, 0,
                                         static_cast<size_t>(d) * 4, static_cast<size_t>(V), st));
       CODA_CUDA_CHECK(cudaMemsetAsync(dgamma_out->data, 0, static_cast<size_t>(d) * 4, st));
+      if (loss_out != nullptr && !per_row) CODA_CUDA_CHECK(cudaMemsetAsync(loss_out->data, 0, sizeof(float), st));
       return;
     }
     coda_dtype const dt = Hh.dtype();
@@ -131,15 +136,15 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
 
     // The gradient each row's loss receives: mean -> one scale over all rows (then "sum" per chunk); sum -> the
     // caller's scalar; none -> the caller's per-row vector, chunk by chunk.
-    coda_ce_options oc = o;
-    coda_tensor g_scalar{};
+    // F6 runs with reduction none on each chunk (per-row losses into loss_rows, or straight into loss_out for
+    // none), the gradient scale given as one scalar for mean/sum.
+    float const* const gl = grad_loss != nullptr ? static_cast<float const*>(grad_loss->data) : nullptr;
+    float const* g_all = gl;
     if (o.reduction == CODA_REDUCTION_MEAN) {
-      coda::kernels::ce_mean_grad_scale(targets->data, targets64, M, o.ignore_index,
-                                        grad_loss != nullptr ? static_cast<float const*>(grad_loss->data) : nullptr,
-                                        p.g, st);
-      oc.reduction = CODA_REDUCTION_SUM;
-      g_scalar = view1d(p.g, CODA_FP32, 0, device, /*scalar=*/true);
+      coda::kernels::ce_mean_grad_scale(targets->data, targets64, M, o.ignore_index, gl, p.g, st);
+      g_all = p.g;
     }
+    float* const loss_rows = per_row && loss_out != nullptr ? static_cast<float*>(loss_out->data) : p.loss_rows;
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t const r0 = c * C, rows = std::min(C, M - r0);
       coda_tensor const h_c = rows_of(*h, r0, rows), x_c = rows_of(*x, r0, rows);
@@ -147,23 +152,27 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       coda_tensor logits = view2d(p.logits, dt, rows, V, V, device);
       coda_tensor a = view2d(p.a, dt, rows, d, d, device);
       coda_tensor zdz = view1d(p.zdz, CODA_FP32, rows, device);
-      coda_tensor loss = view1d(p.loss, CODA_FP32, rows, device, /*scalar=*/!per_row);
       coda_tensor dgamma_c = view1d(p.dgamma + c * d, CODA_FP32, d, device);
-      coda_tensor gl_c{};
-      coda_tensor const* gl = nullptr;
-      if (o.reduction == CODA_REDUCTION_MEAN) {
-        gl = &g_scalar;
-      } else if (grad_loss != nullptr) {
-        gl_c = per_row ? rows_of(*grad_loss, r0, rows) : *grad_loss;
-        gl = &gl_c;
-      }
       coda_tensor dx_c = rows_of(*dx_out, r0, rows);
       coda_tensor dx_in_c{};
       if (dx_in != nullptr) dx_in_c = rows_of(*dx_in, r0, rows);
 
       step(coda_linear_rowscale(&h_c, w, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream), "F2 (logits)");
-      step(coda_cross_entropy(&logits, &t_c, &oc, gl, d, &loss, &logits, &zdz, p.op_ws, p.op_ws_bytes, stream),
-           "F6 (dlogits, zdz)");
+      coda::kernels::CrossEntropyArgs ce;
+      ce.dtype = dt;
+      ce.M = rows, ce.V = V;
+      ce.logits = p.logits, ce.ld_logits = V;
+      ce.targets = t_c.data, ce.targets_int64 = targets64;
+      ce.options = o;
+      ce.options.reduction = CODA_REDUCTION_NONE;
+      ce.grad_loss = per_row ? (gl != nullptr ? gl + r0 : nullptr) : g_all;
+      ce.grad_loss_scalar = !per_row;
+      ce.hidden_size = d;
+      ce.loss = loss_rows + r0;
+      ce.dlogits = p.logits, ce.ld_dlogits = V;
+      ce.zdz = p.zdz;
+      ce.workspace = p.op_ws;
+      coda::kernels::cross_entropy(ce, st);  // F6: per-row loss, dlogits in place, zdz
       step(coda_linear_residual_rmsnorm_bwd(&logits, w, &x_c, gamma, &rstd_c, &zdz, dx_in != nullptr ? &dx_in_c : nullptr,
                                             1.0f, &dx_c, &a, &dgamma_c, p.op_ws, p.op_ws_bytes, stream),
            "B2 (dgrad + final RMSNorm backward)");
@@ -172,6 +181,11 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
            "dW += dlogits^T a");
     }
     coda::kernels::column_sum(p.dgamma, chunks, d, d, static_cast<float*>(dgamma_out->data), st);
+    if (loss_out != nullptr && !per_row) {
+      coda::kernels::ce_reduce_rows(p.loss_rows, M, targets->data, targets64, o.ignore_index,
+                                    o.reduction == CODA_REDUCTION_MEAN, p.count, static_cast<float*>(loss_out->data),
+                                    st);
+    }
   });
 }
 

@@ -389,7 +389,7 @@ void cross_entropy(CrossEntropyArgs const& a, cudaStream_t stream) {
   p.inv_softcap = a.options.softcap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(a.options.softcap)) : 0.0f;
   p.reduction = reduction;
   p.grad_loss = a.grad_loss;
-  p.grad_mode = a.grad_loss == nullptr ? 0 : (per_row ? 2 : 1);
+  p.grad_mode = a.grad_loss == nullptr ? 0 : (per_row && !a.grad_loss_scalar ? 2 : 1);
   p.n_valid = n_valid;
   p.loss_rows = per_row ? a.loss : ws_loss_rows;
   p.zdz = a.dlogits != nullptr ? a.zdz : nullptr;
@@ -432,6 +432,16 @@ void ce_mean_grad_scale(void const* targets, bool targets_int64, int64_t M, int6
                         float const* grad_loss, float* out, cudaStream_t stream) {
   ce_mean_grad_scale_kernel<<<1, kReduceThreads, 0, stream>>>(targets, targets_int64, M, ignore_index, grad_loss,
                                                                out);
+  CODA_CHECK_LAUNCH();
+}
+
+void ce_reduce_rows(float const* loss_rows, int64_t M, void const* targets, bool targets_int64, int64_t ignore_index,
+                    bool mean, unsigned long long* count, float* loss, cudaStream_t stream) {
+  if (mean) {
+    ce_count_valid_kernel<<<1, kReduceThreads, 0, stream>>>(targets, targets_int64, M, ignore_index, count);
+    CODA_CHECK_LAUNCH();
+  }
+  ce_reduce_loss_kernel<<<1, kReduceThreads, 0, stream>>>(loss_rows, M, mean, count, loss);
   CODA_CHECK_LAUNCH();
 }
 

@@ -55,6 +55,8 @@ struct CrossEntropyArgs {
   bool targets_int64 = false;
   coda_ce_options options{};       ///< validated options (never NULL here)
   float const* grad_loss = nullptr;  ///< NULL (upstream 1), a scalar (mean/sum) or [M] (reduction none)
+  /// With reduction none: grad_loss is one scalar for every row (a chunk of a larger mean/sum, pre-scaled).
+  bool grad_loss_scalar = false;
   int64_t hidden_size = 1;         ///< zdz scale 1/hidden_size (only used with zdz)
   float* loss = nullptr;           ///< [M] for reduction none, a scalar for mean/sum
   void* dlogits = nullptr;         ///< NULL, or [M, V] in the logits dtype, row stride ld_dlogits; may be logits
@@ -88,6 +90,10 @@ void cross_entropy(CrossEntropyArgs const& args, cudaStream_t stream);
 /// cross_entropy divides, and 0 when every row is ignored. One block.
 void ce_mean_grad_scale(void const* targets, bool targets_int64, int64_t M, int64_t ignore_index,
                         float const* grad_loss, float* out, cudaStream_t stream);
+/// The mean/sum of per-row losses [M] exactly as cross_entropy reduces them (double, fixed order; a mean divides by
+/// the non-ignored rows, 0 when there are none). `count` is 8 bytes of device scratch.
+void ce_reduce_rows(float const* loss_rows, int64_t M, void const* targets, bool targets_int64, int64_t ignore_index,
+                    bool mean, unsigned long long* count, float* loss, cudaStream_t stream);
 
 // ---- RoPE backward (rope_bwd.cu) --------------------------------------------------------------------------------
 

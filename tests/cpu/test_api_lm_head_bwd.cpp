@@ -22,9 +22,10 @@ struct HeadBwd {
   int64_t chunk = 10;
   size_t wsb = coda_linear_cross_entropy_bwd_workspace_size(kM, kV, kD, 10);
   void* ws = pool.bytes(wsb);
+  coda_tensor* loss = nullptr;
   coda_status call(coda_tensor const* grad = nullptr, coda_tensor const* dx_in = nullptr) {
     return coda_linear_cross_entropy_bwd(&h, &w, &rstd, &x, &gamma, &targets, &o, grad, chunk, dx_in, &dx, &dw,
-                                         &dgamma, ws, wsb, nullptr);
+                                         &dgamma, loss, ws, wsb, nullptr);
   }
 };
 
@@ -36,6 +37,11 @@ TEST(LinearCrossEntropyBwdApi, ValidArgumentsReachTheDevice) {
   f.o.reduction = CODA_REDUCTION_NONE;
   coda_tensor grad = pool.make(CODA_FP32, {kM});
   EXPECT_DEVICE_STAGE(f.call(&grad), "h:");
+  coda_tensor loss_rows = pool.make(CODA_FP32, {kM});
+  f.loss = &loss_rows;
+  EXPECT_DEVICE_STAGE(f.call(&grad), "h:");
+  f.o.reduction = CODA_REDUCTION_MEAN;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "loss_out", "scalar");  // mean: a rank-0 loss
 }
 
 TEST(LinearCrossEntropyBwdApi, Rules) {
@@ -56,17 +62,17 @@ TEST(LinearCrossEntropyBwdApi, Rules) {
   dw_over_w.dtype = CODA_FP32;
   dw_over_w.sizes[0] = kV / 2;  // an fp32 [V/2, d] view over w's bytes: wrong rows first
   EXPECT_REJECTED(coda_linear_cross_entropy_bwd(&f.h, &f.w, &f.rstd, &f.x, &f.gamma, &f.targets, &f.o, nullptr, 10,
-                                                nullptr, &f.dx, &dw_over_w, &f.dgamma, f.ws, f.wsb, nullptr),
+                                                nullptr, &f.dx, &dw_over_w, &f.dgamma, nullptr, f.ws, f.wsb, nullptr),
                   CODA_ERROR_SHAPE, "dw_out");
   f.dgamma = f.rstd;  // dgamma over rstd (both fp32): wrong size first
   EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "dgamma_out");
   f.dgamma = pool.make(CODA_FP32, {kD});
   EXPECT_REJECTED(coda_linear_cross_entropy_bwd(&f.h, &f.w, &f.rstd, &f.x, &f.gamma, &f.targets, &f.o, nullptr, 10,
-                                                nullptr, &f.dx, &f.dw, &f.dgamma, f.ws, f.wsb - 256, nullptr),
+                                                nullptr, &f.dx, &f.dw, &f.dgamma, nullptr, f.ws, f.wsb - 256, nullptr),
                   CODA_ERROR_WORKSPACE, "coda_linear_cross_entropy_bwd");
   coda_tensor dx_over_x = f.x;  // an output over an input
   EXPECT_REJECTED(coda_linear_cross_entropy_bwd(&f.h, &f.w, &f.rstd, &f.x, &f.gamma, &f.targets, &f.o, nullptr, 10,
-                                                nullptr, &dx_over_x, &f.dw, &f.dgamma, f.ws, f.wsb, nullptr),
+                                                nullptr, &dx_over_x, &f.dw, &f.dgamma, nullptr, f.ws, f.wsb, nullptr),
                   CODA_ERROR_ALIASING, "dx_out");
 }
 

@@ -1,6 +1,6 @@
 // GPU tests of coda_linear_cross_entropy_bwd (the chunked LM head + cross-entropy backward with the final RMSNorm
 // backward) against the float64 reference (F2 -> F6 -> B2 -> dW composed on whole matrices) with the acceptance
-// rule, the unfused same-dtype pipeline giving the bound: dx, dW (fp32) and dgamma, for every reduction, label
+// rule, the unfused same-dtype pipeline giving the bound: dx, dW (fp32), dgamma and the loss, for every reduction, label
 // smoothing + z-loss + softcap, ignored rows (all of them too), chunk sizes that do and do not divide M, dx_in in
 // place, bf16 and fp16. Outputs poisoned first; two runs bit-identical. Every test skips without an sm_90 GPU.
 #include <coda/coda.h>
@@ -38,7 +38,7 @@ struct Case {
 
 struct Result {
   Matrix dx, dw;
-  Vector dgamma;
+  Vector dgamma, loss;
 };
 
 void check(Case const& c, uint64_t seed) {
@@ -75,6 +75,7 @@ void check(Case const& c, uint64_t seed) {
                                           : linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, ce.zdz, din, 1.0);
     r.dx = b2.dx;
     r.dgamma = b2.dgamma;
+    r.loss = ce.loss;
     if (unfused) {
       r.dw = Matrix(c.V, c.d);
       gemm_unfused(transpose(ce.dlogits), transpose(b2.a), 1.0, false, r.dw, dt, CODA_FP32);
@@ -91,6 +92,11 @@ void check(Case const& c, uint64_t seed) {
   DeviceBuffer dg(static_cast<size_t>(c.d) * e + 16), dt_(static_cast<size_t>(c.M) * 4 + 16);
   DeviceBuffer dgrad(grad.size() * 4 + 16), ddx(static_cast<size_t>(c.M * c.d) * e + 16);
   DeviceBuffer ddw(static_cast<size_t>(c.V * c.d) * 4 + 16), ddg(static_cast<size_t>(c.d) * 4 + 16);
+  DeviceBuffer dloss(static_cast<size_t>(c.M) * 4 + 16);
+  bool const per_row = c.reduction == CODA_REDUCTION_NONE;
+  int64_t const n_loss = per_row ? c.M : 1;
+  coda_tensor tloss = per_row ? coda::test::device_tensor(dloss.get(), CODA_FP32, {c.M})
+                              : coda::test::scalar_tensor(dloss.get(), CODA_FP32);
   dh.upload(to_bits(h, dt));
   dw.upload(to_bits(w, dt));
   dr.upload(std::vector<float>(rstd.begin(), rstd.end()));
@@ -112,7 +118,7 @@ void check(Case const& c, uint64_t seed) {
   size_t const wsb = coda_linear_cross_entropy_bwd_workspace_size(c.M, c.V, c.d, c.chunk);
   DeviceBuffer ws(wsb);
   std::vector<uint16_t> dx_first;
-  std::vector<float> dw_first, dg_first;
+  std::vector<float> dw_first, dg_first, loss_first;
   for (int rep = 0; rep < 2; ++rep) {
     if (c.with_dx_in) {
       ddx.upload(to_bits(dx_in, dt));
@@ -121,18 +127,22 @@ void check(Case const& c, uint64_t seed) {
     }
     ddw.poison();
     ddg.poison();
+    dloss.poison();
     ws.poison();
     ASSERT_EQ(coda_linear_cross_entropy_bwd(&th, &tw, &tr, &tx, &tg, &tt, &o, c.with_grad ? &tgl : nullptr, c.chunk,
-                                            c.with_dx_in ? &tdx : nullptr, &tdx, &tdw, &tdg, ws.get(), wsb, nullptr),
+                                            c.with_dx_in ? &tdx : nullptr, &tdx, &tdw, &tdg, &tloss, ws.get(), wsb,
+                                            nullptr),
               CODA_SUCCESS)
         << coda_last_error();
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<uint16_t> const dxv = ddx.download<uint16_t>(static_cast<size_t>(c.M * c.d));
     std::vector<float> const dwv = ddw.download<float>(static_cast<size_t>(c.V * c.d));
     std::vector<float> const dgv = ddg.download<float>(static_cast<size_t>(c.d));
+    std::vector<float> const lv = dloss.download<float>(static_cast<size_t>(n_loss));
     if (rep == 0) {
-      dx_first = dxv, dw_first = dwv, dg_first = dgv;
+      dx_first = dxv, dw_first = dwv, dg_first = dgv, loss_first = lv;
     } else {
+      EXPECT_EQ(std::memcmp(loss_first.data(), lv.data(), lv.size() * 4), 0) << "two runs differ (loss)";
       EXPECT_TRUE(dx_first == dxv) << "two runs differ (dx)";
       EXPECT_EQ(std::memcmp(dw_first.data(), dwv.data(), dwv.size() * 4), 0) << "two runs differ (dW)";
       EXPECT_EQ(std::memcmp(dg_first.data(), dgv.data(), dgv.size() * 4), 0) << "two runs differ (dgamma)";
@@ -145,6 +155,8 @@ void check(Case const& c, uint64_t seed) {
   EXPECT_TRUE(Accepted("LM head bwd " + c.name() + " dx", acceptance(dxm, unf.dx, ref.dx), print));
   EXPECT_TRUE(Accepted("LM head bwd " + c.name() + " dW", acceptance(dwm, unf.dw, ref.dw), print));
   EXPECT_TRUE(Accepted("LM head bwd " + c.name() + " dgamma", acceptance(dgm, unf.dgamma, ref.dgamma), print));
+  Vector const lm = vector_from_float(loss_first.data(), n_loss);
+  EXPECT_TRUE(Accepted("LM head bwd " + c.name() + " loss", acceptance(lm, unf.loss, ref.loss), print));
 }
 
 TEST(LinearCrossEntropyBwd, Options) {
