@@ -182,6 +182,8 @@ struct Sm90SwigluBwdPair {
     /// 8 groups of 8 bytes, zero-filled (src-size 0) for rows >= M or columns >= F.
     CUTLASS_DEVICE void issue_z(int epi_m, int epi_n, int slot) {
       auto const [r, c] = origin(epi_m, epi_n);
+      uint64_t evict_first;
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(evict_first));
       CUTLASS_PRAGMA_UNROLL
       for (int h = 0; h < 2; ++h) {
         int const m = r + 8 * h;
@@ -190,8 +192,9 @@ struct Sm90SwigluBwdPair {
         for (int j = 0; j < 4; ++j) {  // 8 columns further = 16 z values = 32 bytes
           bool const valid = m < params->M && c + 8 * j < params->F;
           uint32_t const dst = z_addr(slot, 2 * j + h);
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst),
-                       "l"(valid ? row + 16 * j : params->ptr_z), "r"(valid ? 8 : 0)
+          // z is read once: L2 evict-first, so the stream does not push the mainloop's operand panels out of L2.
+          asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2, %3;" ::"r"(dst),
+                       "l"(valid ? row + 16 * j : params->ptr_z), "r"(valid ? 8 : 0), "l"(evict_first)
                        : "memory");
         }
       }
@@ -257,8 +260,11 @@ struct Sm90SwigluBwdPair {
         }
         int const m = r + 8 * ((k >> 1) & 1), n = c + 8 * (k >> 2);
         if (m < params->M && n < params->F) {  // F % 8 == 0: columns n and n+1 are both inside or both outside
-          *reinterpret_cast<uint64_t*>(params->ptr_dz + static_cast<int64_t>(m) * params->lddz + 2 * n) =
-              static_cast<uint64_t>(dz[0]) | (static_cast<uint64_t>(dz[1]) << 32);
+          // Streaming store (.cs: evict-first): dz is not read again by this kernel.
+          asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(params->ptr_dz + static_cast<int64_t>(m) *
+                                                                                 params->lddz + 2 * n),
+                       "r"(dz[0]), "r"(dz[1])
+                       : "memory");
         }
       }
       // Row sums in smem (thread-private words): registers held across subtiles made the kernel spill. Static
