@@ -51,6 +51,10 @@ inline constexpr Model kModels[] = {
     {"llama3-1B", "1B", 2048, 8192, 32, 8, 64, 128256},
     {"llama3-8B", "8B", 4096, 14336, 32, 8, 128, 128256},
     {"llama3-70B", "70B", 8192, 28672, 64, 8, 128, 128256},
+    // The CODA paper's configs (PROTOCOL.md): MHA, head_dim 128; selected only by name ("--models p1B,p7B,p70B").
+    {"paper-1B", "p1B", 2048, 5632, 16, 16, 128, 32768},
+    {"paper-7B", "p7B", 4096, 11008, 32, 32, 128, 32768},
+    {"paper-70B", "p70B", 8192, 22016, 64, 64, 128, 32768},
 };
 
 inline std::vector<std::string> split(std::string const& s, char sep) {
