@@ -12,9 +12,7 @@
 //           = M, d, N' (the GEMM D[M,d] = dz[M,N'] w[N',d]).
 //   b3      coda_linear_swiglu_bwd_zdz (MATH.md B3) at the down projection: dy = dx w_down fused with the SwiGLU
 //           backward: dx [M,d], w_down [d,F], z [M,2F] (interleaved gate/up) -> dz [M,2F], y [M,F], zdz [M] fp32.
-//           JSON M,N,K = M, F, d. While its kernel is not built the call returns CODA_ERROR_NOT_IMPLEMENTED: then
-//           a note is printed and the op skipped (this holds for the first CODA call of every op; any other
-//           failed status exits).
+//           JSON M,N,K = M, F, d. Any failed CODA status exits.
 //   lm_head the LM head + cross-entropy FORWARD (M = 8192 tokens unless --tokens is given, V = 128256, K = d, mean
 //           loss, coda_ce_options_default()): peak device memory and time. JSON pass "fwd", M,N,K = M, V, d.
 //
@@ -454,7 +452,6 @@ struct Run {
   size_t l2 = 0;
   int dev = 0;
   std::map<std::string, Geo> vs_cublas, vs_unfused, mem_ratio;  // per op key (b2, b3, lm_head)
-  std::set<std::string> skipped;                                // ops whose kernel is not built
 };
 
 /// Input sets to rotate through: enough that they do not all fit in twice the L2 (at most 4).
@@ -462,23 +459,13 @@ int input_sets(Run const& r, size_t in_bytes) {
   return static_cast<int>(std::clamp<size_t>((2 * r.l2 + in_bytes - 1) / std::max<size_t>(in_bytes, 1), 1, 4));
 }
 
-/// The first CODA call of a shape, alone and host-timed (tune_ms). Returns false after a note when the op's kernel
-/// is not built (CODA_ERROR_NOT_IMPLEMENTED; the op is then skipped for every shape); other failures exit.
-bool first_coda_call(Run& r, Shape const& s, std::function<coda_status()> const& call, double* tune_ms) {
+/// The first CODA call of a shape, alone and host-timed (returns tune_ms); any failure exits.
+double first_coda_call(Shape const& s, std::function<coda_status()> const& call) {
   CHECK_CUDA(cudaDeviceSynchronize());
   auto const t0 = std::chrono::steady_clock::now();
-  coda_status const st = call();
-  if (st == CODA_ERROR_NOT_IMPLEMENTED) {
-    std::printf("note: %s (%s %s): CODA_ERROR_NOT_IMPLEMENTED (%s); op %s skipped\n", s.fused.c_str(),
-                s.config.c_str(), s.op.c_str(), coda_last_error(), s.key.c_str());
-    std::fflush(stdout);
-    r.skipped.insert(s.key);
-    return false;
-  }
-  check_coda(st, "coda_" + s.fused + " " + s.op);
+  check_coda(call(), "coda_" + s.fused + " " + s.op);
   CHECK_CUDA(cudaDeviceSynchronize());
-  *tune_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return true;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// One JSON line. time_vs_cublas, speedup and tune_ms are written as null when not positive, unfused_form when
@@ -573,8 +560,7 @@ void bench_b2(Run& r, Shape const& s) {
     return coda_linear_residual_rmsnorm_bwd(&dz, &w, &x, &g, &rstd, &zdz, &dx, s.alpha, &dx, &a, &dg,
                                             workspace.ptr, ws_bytes, nullptr);
   };
-  double tune_ms = 0.0;
-  if (!first_coda_call(r, s, [&] { return coda_call(0); }, &tune_ms)) return;
+  double const tune_ms = first_coda_call(s, [&] { return coda_call(0); });
 
   auto run_cublas = [&](int set) {
     cublas_dgrad(r.cublas, at(dzs, set), at(ws, set), temp.ptr, s.M, s.N, s.K, s.alpha);
@@ -624,8 +610,7 @@ void bench_b3(Run& r, Shape const& s) {
     coda_tensor zdz = vec1d(zdz_out.ptr, CODA_FP32, s.M, dev);
     return coda_linear_swiglu_bwd_zdz(&dx, &w, &z, &dz, &y, &zdz, workspace.ptr, ws_bytes, nullptr);
   };
-  double tune_ms = 0.0;
-  if (!first_coda_call(r, s, [&] { return coda_call(0); }, &tune_ms)) return;
+  double const tune_ms = first_coda_call(s, [&] { return coda_call(0); });
 
   auto run_cublas = [&](int set) { cublas_dgrad(r.cublas, at(dxs, set), at(ws, set), temp.ptr, s.M, F, d, 1.0f); };
   auto run_coda = [&](int set) { check_coda(coda_call(set), "coda_linear_swiglu_bwd_zdz " + s.op); };
@@ -729,7 +714,7 @@ void bench_lm_head(Run& r, Shape const& s) {
     {
       std::unique_ptr<HeadBuffers> const b = head_buffers(v, s);
       if (v == Head::kCoda) {
-        if (!first_coda_call(r, s, [&] { return head_call(r, v, s, *b); }, &tune_ms)) return;
+        tune_ms = first_coda_call(s, [&] { return head_call(r, v, s, *b); });
       } else {
         check_coda(head_call(r, v, s, *b), fn[i] + " " + s.config);
       }
@@ -836,7 +821,6 @@ int main(int argc, char** argv) {
   auto const wall0 = std::chrono::steady_clock::now();
   bool bwd_header = false, head_header = false;
   for (Shape const& s : shapes) {
-    if (r.skipped.count(s.key) != 0) continue;
     if (s.kind != Kind::kLmHead && !bwd_header) {
       bwd_header = true;
       std::printf("%-11s %-11s %7s %7s %7s | %9s %9s %9s | %9s %9s | %s\n", "config", "op", "M", "N", "K",
@@ -874,9 +858,6 @@ int main(int argc, char** argv) {
                   "epilogue for free); unfused/CODA speedup geometric mean %.3f (min %.3f, max %.3f)\n",
                   key.c_str(), op_names.at(key), g.n, g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi);
     }
-  }
-  for (std::string const& key : r.skipped) {
-    std::printf("%s (%s): skipped, kernel not built (CODA_ERROR_NOT_IMPLEMENTED)\n", key.c_str(), op_names.at(key));
   }
   std::printf("wall time %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
