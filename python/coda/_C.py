@@ -1,0 +1,264 @@
+"""ctypes binding of libcoda's C ABI (include/coda/coda.h, include/coda/block.h).
+
+No compilation against torch: the library is loaded with ctypes, so one build works with any torch version.
+Tensors are described to C with their data pointer, dtype, sizes and strides (in elements); outputs and workspaces
+come from torch's caching allocator; work goes on torch's current CUDA stream.
+
+The library is found, in order, at $CODA_LIBRARY, next to this file (the installed package), or in the build
+folder of a source checkout (build/src/libcoda.so).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+MAX_RANK = 4
+
+# coda_status (types.h): the exception each one becomes in Python.
+_STATUS_EXCEPTION = {
+    1: ValueError,     # CODA_ERROR_INVALID_ARGUMENT
+    2: TypeError,      # CODA_ERROR_DTYPE
+    3: ValueError,     # CODA_ERROR_SHAPE
+    4: ValueError,     # CODA_ERROR_LAYOUT
+    5: ValueError,     # CODA_ERROR_MISALIGNED
+    6: ValueError,     # CODA_ERROR_DEVICE
+    7: ValueError,     # CODA_ERROR_ALIASING
+    8: RuntimeError,   # CODA_ERROR_WORKSPACE (a bug here: the workspace is sized by the library)
+    9: RuntimeError,   # CODA_ERROR_ARCH
+    10: NotImplementedError,
+    11: RuntimeError,  # CODA_ERROR_CUDA
+    12: RuntimeError,  # CODA_ERROR_INTERNAL
+}
+
+DTYPE = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2, torch.int32: 3, torch.int64: 4}
+REDUCTION = {"none": 0, "mean": 1, "sum": 2}
+
+
+class Tensor(ctypes.Structure):
+    """coda_tensor."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_int32),
+        ("sizes", ctypes.c_int64 * MAX_RANK),
+        ("strides", ctypes.c_int64 * MAX_RANK),
+        ("device", ctypes.c_int32),
+    ]
+
+
+class CeOptions(ctypes.Structure):
+    """coda_ce_options."""
+
+    _fields_ = [
+        ("ignore_index", ctypes.c_int64),
+        ("reduction", ctypes.c_int),
+        ("label_smoothing", ctypes.c_float),
+        ("z_loss", ctypes.c_float),
+        ("softcap", ctypes.c_float),
+    ]
+
+
+class BlockConfig(ctypes.Structure):
+    """coda_block_config."""
+
+    _fields_ = [
+        ("hidden_size", ctypes.c_int64),
+        ("intermediate_size", ctypes.c_int64),
+        ("n_q_heads", ctypes.c_int32),
+        ("n_kv_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("eps", ctypes.c_float),
+    ]
+
+
+def _six(*names):
+    return [(n, Tensor) for n in names]
+
+
+class BlockWeights(ctypes.Structure):
+    _fields_ = _six("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv")
+
+
+class BlockGrads(ctypes.Structure):
+    _fields_ = _six("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv")
+
+
+class BlockSaved(ctypes.Structure):
+    _fields_ = _six("x1", "rstd1", "z1", "x2", "rstd2", "qkv")
+
+
+_T = ctypes.POINTER(Tensor)
+_P = ctypes.c_void_p
+_F = ctypes.c_float
+_I32 = ctypes.c_int32
+_I64 = ctypes.c_int64
+_SZ = ctypes.c_size_t
+_OPT = ctypes.POINTER(CeOptions)
+
+# name: (argtypes of the op, argtypes of its _workspace_size or None)
+_SIGNATURES = {
+    "linear_residual_rmsnorm": ([_T, _T, _T, _T, _F, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
+    "rmsnorm_prepare": ([_T, _T, _F, _T, _T, _P], None),
+    "linear_rowscale": ([_T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
+    "linear_rowscale_swiglu": ([_T, _T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
+    "linear_rowscale_rope": ([_T, _T, _T, _T, _T, _I32, _I32, _I32, _T, _P, _SZ, _P], [_I64, _I64]),
+    "cross_entropy": ([_T, _T, _OPT, _T, _I64, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
+    "linear_cross_entropy": ([_T, _T, _T, _T, _OPT, _I64, _T, _T, _P, _SZ, _P], [_I64, _I64, _I64]),
+    "linear_cross_entropy_bwd": ([_T, _T, _T, _T, _T, _T, _OPT, _T, _I64, _T, _T, _T, _T, _T, _P, _SZ, _P],
+                                 [_I64, _I64, _I64, _I64]),
+    "rope_bwd_zdz": ([_T, _T, _T, _T, _I32, _I32, _I32, _I64, _T, _T, _P], None),
+    "linear_residual_rmsnorm_bwd": ([_T, _T, _T, _T, _T, _T, _T, _F, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
+    "linear_swiglu_bwd_zdz": ([_T, _T, _T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
+    "gemm": ([_T, _T, _T, _F, ctypes.c_int, _P, _SZ, _P], [_I64, _I64, _I64]),
+    "interleave_gate_up": ([_T, _T, _P], None),
+    "deinterleave_gate_up": ([_T, _T, _P], None),
+    "pair_rope_rows": ([_T, _I32, _T, _P], None),
+    "unpair_rope_rows": ([_T, _I32, _T, _P], None),
+    "block_forward": ([ctypes.POINTER(BlockConfig), ctypes.POINTER(BlockWeights), _T, _T, _T, _T,
+                       ctypes.POINTER(BlockSaved), _P, _SZ, _P], [ctypes.POINTER(BlockConfig), _I64]),
+    "block_backward": ([ctypes.POINTER(BlockConfig), ctypes.POINTER(BlockWeights), _T, _T, _T,
+                        ctypes.POINTER(BlockSaved), _T, _T, _T, _T, ctypes.POINTER(BlockGrads), _P, _SZ, _P],
+                       [ctypes.POINTER(BlockConfig), _I64]),
+}
+
+_lib = None
+_load_error = None
+
+
+def _candidates():
+    env = os.environ.get("CODA_LIBRARY")
+    if env:
+        yield Path(env)
+    here = Path(__file__).resolve().parent
+    yield from sorted(here.glob("libcoda.so*"))
+    root = here.parent.parent  # python/coda -> repository root
+    build = Path(os.environ.get("CODA_BUILD_DIR", root / "build"))
+    yield from sorted((build / "src").glob("libcoda.so*")) or [build / "src" / "libcoda.so"]
+
+
+def library():
+    """The loaded libcoda (ctypes.CDLL). Raises RuntimeError saying where it looked when it cannot be loaded."""
+    global _lib, _load_error
+    if _lib is not None:
+        return _lib
+    if _load_error is not None:
+        raise RuntimeError(_load_error)
+    tried = []
+    for path in _candidates():
+        if not path.exists():
+            tried.append(f"{path} (missing)")
+            continue
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        _declare(lib)
+        _lib = lib
+        return lib
+    _load_error = ("coda: libcoda could not be loaded; tried: " + "; ".join(tried) +
+                   ". Install the package (pip install .), build the checkout (tools/build), or set CODA_LIBRARY.")
+    raise RuntimeError(_load_error)
+
+
+def available() -> bool:
+    """Whether libcoda can be loaded (it builds and loads without a GPU; running kernels needs sm_90)."""
+    try:
+        library()
+        return True
+    except RuntimeError:
+        return False
+
+
+def _declare(lib):
+    lib.coda_last_error.restype = ctypes.c_char_p
+    lib.coda_last_error.argtypes = []
+    lib.coda_status_string.restype = ctypes.c_char_p
+    lib.coda_status_string.argtypes = [ctypes.c_int]
+    lib.coda_version.restype = ctypes.c_int
+    lib.coda_version.argtypes = []
+    lib.coda_device_supported.restype = ctypes.c_int
+    lib.coda_device_supported.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
+                                          ctypes.POINTER(ctypes.c_int)]
+    lib.coda_ce_options_default.restype = CeOptions
+    lib.coda_ce_options_default.argtypes = []
+    for name, (args, ws_args) in _SIGNATURES.items():
+        fn = getattr(lib, "coda_" + name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = args
+        if ws_args is not None:
+            ws = getattr(lib, f"coda_{name}_workspace_size")
+            ws.restype = ctypes.c_size_t
+            ws.argtypes = ws_args
+
+
+def call(name: str, *args) -> None:
+    """Calls coda_<name>(*args); a non-zero status raises the matching Python exception with the library's message
+    (it names the argument and the rule; nothing was launched or written)."""
+    status = getattr(library(), "coda_" + name)(*args)
+    if status != 0:
+        message = library().coda_last_error().decode(errors="replace")
+        raise _STATUS_EXCEPTION.get(status, RuntimeError)(f"coda_{name}: {message}")
+
+
+def workspace_size(name: str, *args) -> int:
+    return int(getattr(library(), f"coda_{name}_workspace_size")(*args))
+
+
+def desc(t: torch.Tensor | None):
+    """A coda_tensor (by reference) for a torch tensor, or None (NULL) for None."""
+    if t is None:
+        return None
+    if t.dtype not in DTYPE:
+        raise TypeError(f"coda: dtype {t.dtype} is not one CODA kernels take (bfloat16, float16, float32, int32, "
+                        "int64)")
+    if t.dim() > MAX_RANK:
+        raise ValueError(f"coda: a tensor of rank {t.dim()} (at most {MAX_RANK})")
+    d = Tensor()
+    d.data = t.data_ptr() if t.numel() > 0 else None
+    d.dtype = DTYPE[t.dtype]
+    d.rank = t.dim()
+    for i in range(t.dim()):
+        d.sizes[i] = t.size(i)
+        d.strides[i] = t.stride(i)
+    d.device = t.device.index if t.is_cuda else -1
+    return ctypes.byref(d)
+
+
+def value(t: torch.Tensor):
+    """A coda_tensor by value (for the block structs)."""
+    return desc(t)._obj
+
+
+def ce_options(ignore_index: int, reduction: str, label_smoothing: float, z_loss: float, softcap: float):
+    opts = CeOptions()
+    opts.ignore_index = ignore_index
+    opts.reduction = REDUCTION[reduction]
+    opts.label_smoothing = label_smoothing
+    opts.z_loss = z_loss
+    opts.softcap = softcap
+    return ctypes.byref(opts)
+
+
+def stream(device: torch.device):
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+def workspace(nbytes: int, device: torch.device) -> torch.Tensor:
+    """Scratch memory from torch's caching allocator (256-byte aligned or better)."""
+    return torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=device)
+
+
+def device_supported(index: int = -1) -> bool:
+    """Whether CUDA device `index` (-1: current) is sm_90 and the library loads."""
+    try:
+        lib = library()
+    except RuntimeError:
+        return False
+    ok = ctypes.c_int(0)
+    status = lib.coda_device_supported(index, ctypes.byref(ok), None, None)
+    return status == 0 and ok.value == 1

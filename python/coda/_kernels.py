@@ -1,0 +1,206 @@
+"""The C ABI's ops as plain functions on CUDA tensors: outputs allocated here (torch's caching allocator), work on
+torch's current stream. One function per C entry point, same argument order and names; docs/MATH.md numbers in
+each docstring. _reference.py has the same functions for CPU tensors (float64 math).
+
+Every C call validates all of its arguments before it launches anything; a failure raises the exception that
+_C.call maps the status to, with the library's message (argument name and rule).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _C
+
+_d = _C.desc
+
+
+def _f32(shape, like):
+    return torch.empty(shape, dtype=torch.float32, device=like.device)
+
+
+def _ws(name, device, *size_args):
+    return _C.workspace(_C.workspace_size(name, *size_args), device)
+
+
+def rmsnorm_prepare(x, gamma, eps):
+    """First-layer norm: h = x gamma, rstd (F1's norm half without a GEMM). -> (h [M,d], rstd [M] fp32)."""
+    h = torch.empty_like(x, memory_format=torch.contiguous_format)
+    rstd = _f32((x.shape[0],), x)
+    _C.call("rmsnorm_prepare", _d(x), _d(gamma), eps, _d(h), _d(rstd), _C.stream(x.device))
+    return h, rstd
+
+
+def linear_residual_rmsnorm(a, w, residual, gamma, eps):
+    """F1: x = a w^T + residual, h = x gamma, rstd. -> (x, h, rstd)."""
+    M, N = a.shape[0], w.shape[0]
+    x = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    h = torch.empty_like(x)
+    rstd = _f32((M,), a)
+    ws = _ws("linear_residual_rmsnorm", a.device, M, N)
+    _C.call("linear_residual_rmsnorm", _d(a), _d(w), _d(residual), _d(gamma), eps, _d(x), _d(h), _d(rstd),
+            ws.data_ptr(), ws.numel(), _C.stream(a.device))
+    return x, h, rstd
+
+
+def linear_rowscale(h, w, rstd):
+    """F2: y = diag(rstd) h w^T."""
+    M, N = h.shape[0], w.shape[0]
+    y = torch.empty((M, N), dtype=h.dtype, device=h.device)
+    ws = _ws("linear_rowscale", h.device, M, N)
+    _C.call("linear_rowscale", _d(h), _d(w), _d(rstd), _d(y), ws.data_ptr(), ws.numel(), _C.stream(h.device))
+    return y
+
+
+def linear_rowscale_swiglu(h, w_gu, rstd):
+    """F3: z = diag(rstd) h w_gu^T [M,2F] (interleaved), y = silu(z even) z odd [M,F]. -> (z, y)."""
+    M, N2 = h.shape[0], w_gu.shape[0]
+    z = torch.empty((M, N2), dtype=h.dtype, device=h.device)
+    y = torch.empty((M, N2 // 2), dtype=h.dtype, device=h.device)
+    ws = _ws("linear_rowscale_swiglu", h.device, M, N2)
+    _C.call("linear_rowscale_swiglu", _d(h), _d(w_gu), _d(rstd), _d(z), _d(y), ws.data_ptr(), ws.numel(),
+            _C.stream(h.device))
+    return z, y
+
+
+def linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head_dim):
+    """F4: qkv = RoPE(diag(rstd) h w_qkv^T), q/k pairs adjacent."""
+    M, N = h.shape[0], w_qkv.shape[0]
+    qkv = torch.empty((M, N), dtype=h.dtype, device=h.device)
+    ws = _ws("linear_rowscale_rope", h.device, M, N)
+    _C.call("linear_rowscale_rope", _d(h), _d(w_qkv), _d(rstd), _d(positions), _d(inv_freq), n_q_heads,
+            n_kv_heads, head_dim, _d(qkv), ws.data_ptr(), ws.numel(), _C.stream(h.device))
+    return qkv
+
+
+def _loss_shape(M, reduction):
+    return (M,) if reduction == "none" else ()
+
+
+def cross_entropy(logits, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                  hidden_size, want_grad):
+    """F6 over stored logits. -> (loss, dlogits or None, zdz or None)."""
+    M, V = logits.shape
+    loss = _f32(_loss_shape(M, reduction), logits)
+    dlogits = torch.empty_like(logits) if want_grad else None
+    zdz = _f32((M,), logits) if want_grad else None
+    ws = _ws("cross_entropy", logits.device, M, V)
+    opts = _C.ce_options(ignore_index, reduction, label_smoothing, z_loss, softcap)
+    _C.call("cross_entropy", _d(logits), _d(targets), opts, _d(grad_loss), hidden_size, _d(loss), _d(dlogits),
+            _d(zdz), ws.data_ptr(), ws.numel(), _C.stream(logits.device))
+    return loss, dlogits, zdz
+
+
+def linear_cross_entropy(h, w, rstd, targets, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                         chunk_rows):
+    """LM head + loss without logits in memory (F5 + F6 statistics). -> (loss, lse [M])."""
+    M, V = h.shape[0], w.shape[0]
+    loss = _f32(_loss_shape(M, reduction), h)
+    lse = _f32((M,), h)
+    ws = _ws("linear_cross_entropy", h.device, M, V, chunk_rows)
+    opts = _C.ce_options(ignore_index, reduction, label_smoothing, z_loss, softcap)
+    _C.call("linear_cross_entropy", _d(h), _d(w), _d(rstd), _d(targets), opts, chunk_rows, _d(loss), _d(lse),
+            ws.data_ptr(), ws.numel(), _C.stream(h.device))
+    return loss, lse
+
+
+def linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_index, reduction, label_smoothing,
+                             z_loss, softcap, chunk_rows):
+    """Backward of the LM head + loss and the final norm (chunked F2 -> F6 -> B2 -> dW). -> (dx, dw fp32,
+    dgamma fp32)."""
+    M, d = h.shape
+    V = w.shape[0]
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    dw = torch.empty((V, d), dtype=torch.float32, device=h.device)
+    dgamma = _f32((d,), h)
+    ws = _ws("linear_cross_entropy_bwd", h.device, M, V, d, chunk_rows)
+    opts = _C.ce_options(ignore_index, reduction, label_smoothing, z_loss, softcap)
+    _C.call("linear_cross_entropy_bwd", _d(h), _d(w), _d(rstd), _d(x), _d(gamma), _d(targets), opts,
+            _d(grad_loss), chunk_rows, None, _d(dx), _d(dw), _d(dgamma), None, ws.data_ptr(), ws.numel(),
+            _C.stream(h.device))
+    return dx, dw, dgamma
+
+
+def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size):
+    """B1: dz = R(-theta) dqkv, zdz = (1/d) sum qkv dqkv. -> (dz, zdz)."""
+    dz = torch.empty_like(dqkv, memory_format=torch.contiguous_format)
+    zdz = _f32((qkv.shape[0],), qkv)
+    _C.call("rope_bwd_zdz", _d(qkv), _d(dqkv), _d(positions), _d(inv_freq), n_q_heads, n_kv_heads, head_dim,
+            hidden_size, _d(dz), _d(zdz), _C.stream(qkv.device))
+    return dz, zdz
+
+
+def linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, alpha):
+    """B2: dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma, dgamma = sum D c; D = alpha dz w.
+    -> (dx, a, dgamma fp32)."""
+    M, N = x.shape
+    dx = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    a = torch.empty_like(dx)
+    dgamma = _f32((N,), x)
+    ws = _ws("linear_residual_rmsnorm_bwd", x.device, M, N)
+    _C.call("linear_residual_rmsnorm_bwd", _d(dz), _d(w), _d(x), _d(gamma), _d(rstd), _d(zdz), _d(dx_in), alpha,
+            _d(dx), _d(a), _d(dgamma), ws.data_ptr(), ws.numel(), _C.stream(x.device))
+    return dx, a, dgamma
+
+
+def linear_swiglu_bwd_zdz(dx, w_down, z, in_place=False):
+    """B3: dy = dx w_down, SwiGLU backward on z. -> (dz, y, zdz). in_place: dz overwrites z."""
+    M, d = dx.shape
+    F = w_down.shape[1]
+    dz = z if in_place else torch.empty_like(z)
+    y = torch.empty((M, F), dtype=dx.dtype, device=dx.device)
+    zdz = _f32((M,), dx)
+    ws = _ws("linear_swiglu_bwd_zdz", dx.device, M, F)
+    _C.call("linear_swiglu_bwd_zdz", _d(dx), _d(w_down), _d(z), _d(dz), _d(y), _d(zdz), ws.data_ptr(),
+            ws.numel(), _C.stream(dx.device))
+    return dz, y, zdz
+
+
+def _block_config(d, F, hq, hkv, hd, eps):
+    c = _C.BlockConfig()
+    c.hidden_size, c.intermediate_size = d, F
+    c.n_q_heads, c.n_kv_heads, c.head_dim, c.eps = hq, hkv, hd, eps
+    return c
+
+
+def _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv):
+    return _C.BlockWeights(*(_C.value(t) for t in (w_o, gamma1, w_gu, w_down, gamma2, w_qkv)))
+
+
+def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,
+                  head_dim, eps):
+    """The CODA block forward (F1, F3, F1, F4). -> (x1, rstd1, z1, x2, rstd2, qkv): the saved tensors."""
+    M, d = x0.shape
+    F = w_down.shape[1]
+    dev, dt = x0.device, x0.dtype
+    x1 = torch.empty((M, d), dtype=dt, device=dev)
+    z1 = torch.empty((M, 2 * F), dtype=dt, device=dev)
+    x2 = torch.empty_like(x1)
+    qkv = torch.empty((M, w_qkv.shape[0]), dtype=dt, device=dev)
+    rstd1, rstd2 = _f32((M,), x0), _f32((M,), x0)
+    cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps)
+    saved = _C.BlockSaved(*(_C.value(t) for t in (x1, rstd1, z1, x2, rstd2, qkv)))
+    ws = _C.workspace(_C.library().coda_block_forward_workspace_size(cfg, M), dev)
+    _C.call("block_forward", cfg, _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv), _d(y0), _d(x0),
+            _d(positions), _d(inv_freq), saved, ws.data_ptr(), ws.numel(), _C.stream(dev))
+    return x1, rstd1, z1, x2, rstd2, qkv
+
+
+def block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1, z1, x2, rstd2,
+                   qkv, dqkv, dx2, n_q_heads, n_kv_heads, head_dim, eps):
+    """The CODA block backward. z1 and dqkv are overwritten. -> (dy0, dx0, dw_o, dgamma1, dw_gu, dw_down, dgamma2,
+    dw_qkv); weight gradients in the weights' dtype, dgamma fp32."""
+    M, d = x1.shape
+    F = w_down.shape[1]
+    dev, dt = x1.device, x1.dtype
+    dy0 = torch.empty_like(y0, memory_format=torch.contiguous_format)
+    dx0 = torch.empty((M, d), dtype=dt, device=dev)
+    dws = [torch.empty(w.shape, dtype=w.dtype, device=dev) for w in (w_o, w_gu, w_down, w_qkv)]
+    dg1, dg2 = _f32((d,), x1), _f32((d,), x1)
+    grads = _C.BlockGrads(*(_C.value(t) for t in (dws[0], dg1, dws[1], dws[2], dg2, dws[3])))
+    cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps)
+    saved = _C.BlockSaved(*(_C.value(t) for t in (x1, rstd1, z1, x2, rstd2, qkv)))
+    ws = _C.workspace(_C.library().coda_block_backward_workspace_size(cfg, M), dev)
+    _C.call("block_backward", cfg, _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv), _d(y0),
+            _d(positions), _d(inv_freq), saved, _d(dqkv), _d(dx2), _d(dy0), _d(dx0), grads, ws.data_ptr(),
+            ws.numel(), _C.stream(dev))
+    return dy0, dx0, dws[0], dg1, dws[1], dws[2], dg2, dws[3]

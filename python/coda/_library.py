@@ -1,0 +1,387 @@
+"""CODA's torch operators: torch.library.custom_op definitions (namespace `coda`), their fake (meta) kernels for
+torch.compile, and their autograd formulas (register_autograd).
+
+Each operator runs the CUDA kernels (_kernels.py, through the C ABI) on CUDA tensors and the float64 reference
+(_reference.py) on CPU tensors. Arguments are 2-D [tokens, features]; coda.ops flattens leading dimensions and
+checks arguments before it calls these.
+
+Autograd boundaries follow the fused backward kernels (MATH.md): an op that consumes a normalised input takes the
+un-normalised x and gamma as its differentiable inputs plus (h = x gamma, rstd) as a forward-only cache, so its
+backward is one B2 call giving dx and dgamma directly. Cache outputs (h, rstd, z, ...) are marked
+non-differentiable. What each backward saves is what MATH.md lists: x, rstd and the weights for B2; z for B3;
+the rotated qkv for B1; the block's coda_block_saved tensors.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _kernels, _reference
+
+
+def _impl(t: Tensor):
+    return _kernels if t.is_cuda else _reference
+
+
+def _stat_dtype(t: Tensor):
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _stat(shape, like: Tensor):
+    return like.new_empty(shape, dtype=_stat_dtype(like))
+
+
+def _loss_shape(M, reduction):
+    return (M,) if reduction == "none" else ()
+
+
+def _no_grad_outputs(ctx, *outputs):
+    ctx.mark_non_differentiable(*outputs)
+    ctx.set_materialize_grads(False)
+
+
+def _rowdot(a: Tensor, b: Tensor, d: int) -> Tensor:
+    """(1/d) sum_j a[m,j] b[m,j] in fp32 (float64 for float64 inputs): the zdz of a dgrad whose output was stored."""
+    dt = _stat_dtype(a)
+    return (a.to(dt) * b.to(dt)).sum(-1) / d
+
+
+# ---- forward-only cache: first-layer norm --------------------------------------------------------------------------
+
+@torch.library.custom_op("coda::rmsnorm_prepare", mutates_args=())
+def rmsnorm_prepare(x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    return _impl(x).rmsnorm_prepare(x, gamma, eps)
+
+
+@rmsnorm_prepare.register_fake
+def _(x, gamma, eps):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), _stat((x.shape[0],), x)
+
+
+def _prepare_ctx(ctx, inputs, output):
+    _no_grad_outputs(ctx, *output)
+
+
+rmsnorm_prepare.register_autograd(lambda ctx, dh, drstd: (None, None, None), setup_context=_prepare_ctx)
+
+
+# ---- F1: out/down projection + residual + the next norm's first half ----------------------------------------------
+
+@torch.library.custom_op("coda::linear_residual_rmsnorm", mutates_args=())
+def linear_residual_rmsnorm(a: Tensor, w: Tensor, residual: Tensor, gamma: Tensor,
+                            eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    return _impl(a).linear_residual_rmsnorm(a, w, residual, gamma, eps)
+
+
+@linear_residual_rmsnorm.register_fake
+def _(a, w, residual, gamma, eps):
+    x = a.new_empty((a.shape[0], w.shape[0]))
+    return x, torch.empty_like(x), _stat((a.shape[0],), a)
+
+
+def _f1_ctx(ctx, inputs, output):
+    a, w, _, _, _ = inputs
+    ctx.save_for_backward(a, w)
+    _no_grad_outputs(ctx, output[1], output[2])
+
+
+def _f1_bwd(ctx, dx, dh, drstd):
+    a, w = ctx.saved_tensors
+    if dx is None:
+        return None, None, None, None, None
+    dx = dx.contiguous()
+    da = dx @ w if ctx.needs_input_grad[0] else None
+    dw = dx.t() @ a if ctx.needs_input_grad[1] else None
+    return da, dw, dx, None, None
+
+
+linear_residual_rmsnorm.register_autograd(_f1_bwd, setup_context=_f1_ctx)
+
+
+# ---- B2 and the ops whose backward it is ------------------------------------------------------------------------
+
+@torch.library.custom_op("coda::linear_residual_rmsnorm_bwd", mutates_args=())
+def linear_residual_rmsnorm_bwd(dz: Tensor, w: Tensor, x: Tensor, gamma: Tensor, rstd: Tensor, zdz: Tensor,
+                                dx_in: Optional[Tensor], alpha: float) -> tuple[Tensor, Tensor, Tensor]:
+    return _impl(x).linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, alpha)
+
+
+@linear_residual_rmsnorm_bwd.register_fake
+def _(dz, w, x, gamma, rstd, zdz, dx_in, alpha):
+    dx = x.new_empty(x.shape)
+    return dx, torch.empty_like(dx), _stat((x.shape[1],), x)
+
+
+def _norm_linear_bwd(ctx, dz, zdz, x, gamma, w, rstd, dx_in=None):
+    """B2 then dW = dz^T a: the gradients of y = rmsnorm(x; gamma) w^T given dz (and zdz for it)."""
+    dx, a, dgamma = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, 1.0)
+    dw = dz.t() @ a
+    return dx, dgamma.to(gamma.dtype), dw
+
+
+@torch.library.custom_op("coda::rms_norm_linear", mutates_args=())
+def rms_norm_linear(x: Tensor, gamma: Tensor, w: Tensor, h: Tensor, rstd: Tensor) -> Tensor:
+    return _impl(h).linear_rowscale(h, w, rstd)
+
+
+@rms_norm_linear.register_fake
+def _(x, gamma, w, h, rstd):
+    return h.new_empty((h.shape[0], w.shape[0]))
+
+
+def _f2_ctx(ctx, inputs, output):
+    x, gamma, w, _, rstd = inputs
+    ctx.save_for_backward(x, gamma, w, rstd, output)
+
+
+def _f2_bwd(ctx, dy):
+    x, gamma, w, rstd, y = ctx.saved_tensors
+    dy = dy.contiguous()
+    dx, dgamma, dw = _norm_linear_bwd(ctx, dy, _rowdot(y, dy, x.shape[1]), x, gamma, w, rstd)
+    return dx, dgamma, dw, None, None
+
+
+rms_norm_linear.register_autograd(_f2_bwd, setup_context=_f2_ctx)
+
+
+# ---- F4 / B1: q/k/v projection with RoPE ----------------------------------------------------------------------
+
+@torch.library.custom_op("coda::rope_bwd_zdz", mutates_args=())
+def rope_bwd_zdz(qkv: Tensor, dqkv: Tensor, positions: Tensor, inv_freq: Tensor, n_q_heads: int, n_kv_heads: int,
+                 head_dim: int, hidden_size: int) -> tuple[Tensor, Tensor]:
+    return _impl(qkv).rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size)
+
+
+@rope_bwd_zdz.register_fake
+def _(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size):
+    return dqkv.new_empty(dqkv.shape), _stat((qkv.shape[0],), qkv)
+
+
+@torch.library.custom_op("coda::rms_norm_qkv_rope", mutates_args=())
+def rms_norm_qkv_rope(x: Tensor, gamma: Tensor, w_qkv: Tensor, h: Tensor, rstd: Tensor, positions: Tensor,
+                      inv_freq: Tensor, n_q_heads: int, n_kv_heads: int, head_dim: int) -> Tensor:
+    return _impl(h).linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head_dim)
+
+
+@rms_norm_qkv_rope.register_fake
+def _(x, gamma, w_qkv, h, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head_dim):
+    return h.new_empty((h.shape[0], w_qkv.shape[0]))
+
+
+def _f4_ctx(ctx, inputs, output):
+    x, gamma, w_qkv, _, rstd, positions, inv_freq, hq, hkv, hd = inputs
+    ctx.save_for_backward(x, gamma, w_qkv, rstd, positions, inv_freq, output)
+    ctx.heads = (hq, hkv, hd)
+
+
+def _f4_bwd(ctx, dqkv):
+    x, gamma, w_qkv, rstd, positions, inv_freq, qkv = ctx.saved_tensors
+    dz, zdz = rope_bwd_zdz(qkv, dqkv.contiguous(), positions, inv_freq, *ctx.heads, x.shape[1])
+    dx, dgamma, dw = _norm_linear_bwd(ctx, dz, zdz, x, gamma, w_qkv, rstd)
+    return dx, dgamma, dw, None, None, None, None, None, None, None
+
+
+rms_norm_qkv_rope.register_autograd(_f4_bwd, setup_context=_f4_ctx)
+
+
+# ---- F3 + F1 / B3 + B2: the SwiGLU MLP with its residual and the next norm's first half -------------------------
+
+@torch.library.custom_op("coda::linear_swiglu_bwd_zdz", mutates_args=())
+def linear_swiglu_bwd_zdz(dx: Tensor, w_down: Tensor, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    return _impl(dx).linear_swiglu_bwd_zdz(dx, w_down, z)
+
+
+@linear_swiglu_bwd_zdz.register_fake
+def _(dx, w_down, z):
+    return z.new_empty(z.shape), dx.new_empty((dx.shape[0], w_down.shape[1])), _stat((dx.shape[0],), dx)
+
+
+@torch.library.custom_op("coda::swiglu_mlp", mutates_args=())
+def swiglu_mlp(x: Tensor, gamma: Tensor, w_gu: Tensor, w_down: Tensor, h: Tensor, rstd: Tensor, next_gamma: Tensor,
+               eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    impl = _impl(h)
+    z, y = impl.linear_rowscale_swiglu(h, w_gu, rstd)
+    x_out, h_next, rstd_next = impl.linear_residual_rmsnorm(y, w_down, x, next_gamma, eps)
+    return x_out, h_next, rstd_next, z
+
+
+@swiglu_mlp.register_fake
+def _(x, gamma, w_gu, w_down, h, rstd, next_gamma, eps):
+    x_out = x.new_empty(x.shape)
+    return x_out, torch.empty_like(x_out), _stat((x.shape[0],), x), h.new_empty((h.shape[0], w_gu.shape[0]))
+
+
+def _mlp_ctx(ctx, inputs, output):
+    x, gamma, w_gu, w_down, _, rstd, _, _ = inputs
+    ctx.save_for_backward(x, gamma, w_gu, w_down, rstd, output[3])
+    _no_grad_outputs(ctx, output[1], output[2], output[3])
+
+
+def _mlp_bwd(ctx, dx_out, dh, drstd, dz_unused):
+    x, gamma, w_gu, w_down, rstd, z = ctx.saved_tensors
+    if dx_out is None:
+        return (None,) * 8
+    dx_out = dx_out.contiguous()
+    dz, y, zdz = linear_swiglu_bwd_zdz(dx_out, w_down, z)
+    dw_down = dx_out.t() @ y
+    dx, dgamma, dw_gu = _norm_linear_bwd(ctx, dz, zdz, x, gamma, w_gu, rstd, dx_in=dx_out)
+    return dx, dgamma, dw_gu, dw_down, None, None, None, None
+
+
+swiglu_mlp.register_autograd(_mlp_bwd, setup_context=_mlp_ctx)
+
+
+# ---- the whole CODA block -------------------------------------------------------------------------------------
+
+@torch.library.custom_op("coda::block_forward", mutates_args=())
+def block_forward(y0: Tensor, x0: Tensor, w_o: Tensor, gamma1: Tensor, w_gu: Tensor, w_down: Tensor, gamma2: Tensor,
+                  w_qkv: Tensor, positions: Tensor, inv_freq: Tensor, n_q_heads: int, n_kv_heads: int, head_dim: int,
+                  eps: float, inplace_backward: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _impl(x0).block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
+                                   n_q_heads, n_kv_heads, head_dim, eps)  # inplace_backward: backward only
+
+
+@block_forward.register_fake
+def _(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps,
+      inplace_backward):
+    M, d = x0.shape
+    x1 = x0.new_empty((M, d))
+    return (x1, _stat((M,), x0), x0.new_empty((M, w_gu.shape[0])), torch.empty_like(x1), _stat((M,), x0),
+            x0.new_empty((M, w_qkv.shape[0])))
+
+
+@torch.library.custom_op("coda::block_backward", mutates_args=("z1", "dqkv"))
+def block_backward(y0: Tensor, positions: Tensor, inv_freq: Tensor, w_o: Tensor, gamma1: Tensor, w_gu: Tensor,
+                   w_down: Tensor, gamma2: Tensor, w_qkv: Tensor, x1: Tensor, rstd1: Tensor, z1: Tensor, x2: Tensor,
+                   rstd2: Tensor, qkv: Tensor, dqkv: Tensor, dx2: Optional[Tensor], n_q_heads: int, n_kv_heads: int,
+                   head_dim: int, eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _impl(x1).block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1,
+                                    z1, x2, rstd2, qkv, dqkv, dx2, n_q_heads, n_kv_heads, head_dim, eps)
+
+
+@block_backward.register_fake
+def _(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1, z1, x2, rstd2, qkv, dqkv, dx2,
+      n_q_heads, n_kv_heads, head_dim, eps):
+    d = x1.shape[1]
+    return (y0.new_empty(y0.shape), x1.new_empty(x1.shape), w_o.new_empty(w_o.shape), _stat((d,), x1),
+            w_gu.new_empty(w_gu.shape), w_down.new_empty(w_down.shape), _stat((d,), x1), w_qkv.new_empty(w_qkv.shape))
+
+
+def _block_ctx(ctx, inputs, output):
+    y0, _, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps, inplace = inputs
+    x1, rstd1, z1, x2, rstd2, qkv = output
+    ctx.save_for_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1, z1, x2,
+                          rstd2, qkv)
+    ctx.config = (hq, hkv, hd, eps)
+    ctx.inplace = inplace
+    _no_grad_outputs(ctx, x1, rstd1, z1, rstd2)
+
+
+def _block_bwd(ctx, dx1_, drstd1_, dz1_, dx2, drstd2_, dqkv):
+    saved = ctx.saved_tensors
+    qkv = saved[-1]
+    # The kernel overwrites dqkv (it becomes dz of the q/k/v projection) and z1: the incoming gradient is copied
+    # (autograd may hold it elsewhere); z1 is this node's own saved tensor, overwritten unless the caller asked to
+    # keep it (inplace_backward=False: a second backward through the graph, e.g. gradcheck or retain_graph). When
+    # overwritten, a second backward fails autograd's version check instead of reading dz1.
+    dqkv = torch.zeros_like(qkv) if dqkv is None else dqkv.clone(memory_format=torch.contiguous_format)
+    if not ctx.inplace:
+        saved = saved[:11] + (saved[11].clone(),) + saved[12:]
+    dx2 = None if dx2 is None else dx2.contiguous()
+    dy0, dx0, dw_o, dg1, dw_gu, dw_down, dg2, dw_qkv = block_backward(*saved, dqkv, dx2, *ctx.config)
+    gamma1, gamma2 = saved[4], saved[7]
+    return (dy0, dx0, dw_o, dg1.to(gamma1.dtype), dw_gu, dw_down, dg2.to(gamma2.dtype), dw_qkv, None, None, None,
+            None, None, None, None)
+
+
+block_forward.register_autograd(_block_bwd, setup_context=_block_ctx)
+
+
+# ---- LM head + cross-entropy, and cross-entropy on stored logits ----------------------------------------------
+
+@torch.library.custom_op("coda::linear_cross_entropy", mutates_args=())
+def linear_cross_entropy(x: Tensor, gamma: Tensor, w: Tensor, h: Tensor, rstd: Tensor, targets: Tensor,
+                         ignore_index: int, reduction: str, label_smoothing: float, z_loss: float, softcap: float,
+                         chunk_rows: int) -> tuple[Tensor, Tensor]:
+    return _impl(h).linear_cross_entropy(h, w, rstd, targets, ignore_index, reduction, label_smoothing, z_loss,
+                                         softcap, chunk_rows)
+
+
+@linear_cross_entropy.register_fake
+def _(x, gamma, w, h, rstd, targets, ignore_index, reduction, label_smoothing, z_loss, softcap, chunk_rows):
+    M = h.shape[0]
+    return _stat(_loss_shape(M, reduction), h), _stat((M,), h)
+
+
+@torch.library.custom_op("coda::linear_cross_entropy_bwd", mutates_args=())
+def linear_cross_entropy_bwd(h: Tensor, w: Tensor, rstd: Tensor, x: Tensor, gamma: Tensor, targets: Tensor,
+                             grad_loss: Tensor, ignore_index: int, reduction: str, label_smoothing: float,
+                             z_loss: float, softcap: float, chunk_rows: int) -> tuple[Tensor, Tensor, Tensor]:
+    return _impl(h).linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_index, reduction,
+                                             label_smoothing, z_loss, softcap, chunk_rows)
+
+
+@linear_cross_entropy_bwd.register_fake
+def _(h, w, rstd, x, gamma, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap,
+      chunk_rows):
+    return x.new_empty(x.shape), _stat(w.shape, h), _stat((h.shape[1],), h)
+
+
+def _lce_ctx(ctx, inputs, output):
+    x, gamma, w, h, rstd, targets, *options = inputs
+    ctx.save_for_backward(h, w, rstd, x, gamma, targets)
+    ctx.options = options
+    _no_grad_outputs(ctx, output[1])
+
+
+def _lce_bwd(ctx, dloss, dlse):
+    h, w, rstd, x, gamma, targets = ctx.saved_tensors
+    if dloss is None:
+        return (None,) * 12
+    grad_loss = dloss.to(_stat_dtype(h)).contiguous()
+    dx, dw, dgamma = linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, *ctx.options)
+    return dx, dgamma.to(gamma.dtype), dw.to(w.dtype), None, None, None, None, None, None, None, None, None
+
+
+linear_cross_entropy.register_autograd(_lce_bwd, setup_context=_lce_ctx)
+
+
+@torch.library.custom_op("coda::cross_entropy", mutates_args=())
+def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int, reduction: str, label_smoothing: float,
+                  z_loss: float, softcap: float) -> Tensor:
+    return _impl(logits).cross_entropy(logits, targets, None, ignore_index, reduction, label_smoothing, z_loss,
+                                       softcap, 1, False)[0]
+
+
+@cross_entropy.register_fake
+def _(logits, targets, ignore_index, reduction, label_smoothing, z_loss, softcap):
+    return _stat(_loss_shape(logits.shape[0], reduction), logits)
+
+
+@torch.library.custom_op("coda::cross_entropy_bwd", mutates_args=())
+def cross_entropy_bwd(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int, reduction: str,
+                      label_smoothing: float, z_loss: float, softcap: float) -> Tensor:
+    return _impl(logits).cross_entropy(logits, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss,
+                                       softcap, 1, True)[1]
+
+
+@cross_entropy_bwd.register_fake
+def _(logits, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap):
+    return logits.new_empty(logits.shape)
+
+
+def _ce_ctx(ctx, inputs, output):
+    logits, targets, *options = inputs
+    ctx.save_for_backward(logits, targets)
+    ctx.options = options
+
+
+def _ce_bwd(ctx, dloss):
+    logits, targets = ctx.saved_tensors
+    grad_loss = dloss.to(_stat_dtype(logits)).contiguous()
+    return cross_entropy_bwd(logits, targets, grad_loss, *ctx.options), None, None, None, None, None, None
+
+
+cross_entropy.register_autograd(_ce_bwd, setup_context=_ce_ctx)

@@ -1,0 +1,176 @@
+"""A LLaMA causal LM built from CODA blocks, with a Hugging Face state_dict.
+
+    cfg = LlamaConfig.from_hf(transformers_config)          # or LlamaConfig(hidden_size=..., ...)
+    model = LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
+    model.load_state_dict(hf_model.state_dict())             # HF names and layouts, converted on load
+    out = model(input_ids, labels=input_ids)                 # out.loss; out.logits when no labels
+
+Parameters are held in CODA's layouts (W_qkv fused with q/k rows RoPE-paired, W_gu interleaved); state_dict() gives
+HF names and layouts (q_proj/k_proj/v_proj, gate_proj/up_proj), so checkpoints go both ways unchanged. Attention is
+torch.nn.functional.scaled_dot_product_attention (causal); every other op is a CODA kernel (coda.models.stack).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple, Optional
+
+import torch
+from torch import nn
+
+from .. import nn as cnn
+from .stack import LayerWeights, causal_lm_head, run_layers
+
+
+@dataclasses.dataclass
+class LlamaConfig:
+    vocab_size: int = 32000
+    hidden_size: int = 2048
+    intermediate_size: int = 8192
+    num_hidden_layers: int = 16
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 8
+    head_dim: Optional[int] = None
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    rope_scaling: Optional[dict] = None  # None, {"rope_type": "linear", "factor"} or {"rope_type": "llama3", ...}
+    tie_word_embeddings: bool = True
+    attention_dropout: float = 0.0
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_hf(cls, c):
+        """From a transformers LlamaConfig (4.x rope_theta/rope_scaling or 5.x rope_parameters)."""
+        rope = dict(getattr(c, "rope_parameters", None) or {})
+        theta = rope.pop("rope_theta", getattr(c, "rope_theta", 10000.0))
+        if not rope:
+            rope = dict(getattr(c, "rope_scaling", None) or {})
+        if rope.get("rope_type", rope.get("type", "default")) == "default":
+            rope = None
+        return cls(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                   num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
+                   num_key_value_heads=c.num_key_value_heads,
+                   head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+                   rms_norm_eps=c.rms_norm_eps, rope_theta=theta, rope_scaling=rope,
+                   tie_word_embeddings=c.tie_word_embeddings, attention_dropout=c.attention_dropout,
+                   initializer_range=getattr(c, "initializer_range", 0.02))
+
+
+def rope_inv_freq(cfg: LlamaConfig) -> torch.Tensor:
+    """[head_dim/2] fp32 inverse frequencies: theta^(-2i/hd), with 'linear' or 'llama3' scaling."""
+    hd = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    s = cfg.rope_scaling or {}
+    kind = s.get("rope_type", s.get("type", "default"))
+    if kind == "linear":
+        inv = inv / s["factor"]
+    elif kind == "llama3":
+        factor, lo, hi = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+        old = s["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = ((old / wavelen - lo) / (hi - lo)).clamp(0.0, 1.0)
+        # long wavelengths (> old/lo): divided by factor; short (< old/hi): kept; in between: interpolated.
+        inv = (1 - smooth) * inv / factor + smooth * inv
+    elif kind != "default":
+        raise ValueError(f"coda.models.llama: rope_type {kind!r} is not supported (default, linear, llama3)")
+    return inv.to(torch.float32)
+
+
+class _Attention(nn.Module):
+    def __init__(self, cfg, dtype, device):
+        super().__init__()
+        hq, hkv, hd, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+        self.w_qkv = nn.Parameter(torch.empty(((hq + 2 * hkv) * hd, d), dtype=dtype, device=device))
+        self.o_proj = nn.Linear(hq * hd, d, bias=False, dtype=dtype, device=device)
+        cnn._hf_qkv_hooks(self, "w_qkv", hq, hkv, hd)
+
+
+class _MLP(nn.Module):
+    def __init__(self, cfg, dtype, device):
+        super().__init__()
+        self.w_gu = nn.Parameter(torch.empty((2 * cfg.intermediate_size, cfg.hidden_size), dtype=dtype,
+                                             device=device))
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False, dtype=dtype, device=device)
+        cnn._hf_gate_up_hooks(self, "w_gu")
+
+
+class LlamaLayer(nn.Module):
+    """One decoder layer's parameters (HF names: input_layernorm, self_attn, post_attention_layernorm, mlp)."""
+
+    def __init__(self, cfg, dtype=None, device=None):
+        super().__init__()
+        self.input_layernorm = cnn._Norm(cfg.hidden_size, dtype, device)
+        self.self_attn = _Attention(cfg, dtype, device)
+        self.post_attention_layernorm = cnn._Norm(cfg.hidden_size, dtype, device)
+        self.mlp = _MLP(cfg, dtype, device)
+
+    def weights(self, dtype) -> LayerWeights:
+        c = lambda p: p if p.dtype == dtype else p.to(dtype)  # noqa: E731
+        return LayerWeights(c(self.input_layernorm.weight), c(self.self_attn.w_qkv), c(self.self_attn.o_proj.weight),
+                            c(self.post_attention_layernorm.weight), c(self.mlp.w_gu), c(self.mlp.down_proj.weight))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg, dtype=None, device=None):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
+        self.layers = nn.ModuleList(LlamaLayer(cfg, dtype, device) for _ in range(cfg.num_hidden_layers))
+        self.norm = cnn._Norm(cfg.hidden_size, dtype, device)
+        # Not a buffer: model.to(torch.bfloat16) would round the frequencies. Cached per device.
+        self._inv_freq = rope_inv_freq(cfg)
+        self._inv_freq_on = {}
+
+    def inv_freq(self, device):
+        if device not in self._inv_freq_on:
+            self._inv_freq_on[device] = self._inv_freq.to(device)
+        return self._inv_freq_on[device]
+
+
+class CausalLMOutput(NamedTuple):
+    loss: Optional[torch.Tensor]
+    logits: Optional[torch.Tensor]
+
+
+class LlamaForCausalLM(nn.Module):
+    """LLaMA causal LM on CODA kernels. forward(input_ids [B, S], labels=None, position_ids=None,
+    attention_mask=None, num_items_in_batch=None, logits_to_keep=0) -> CausalLMOutput(loss, logits): with labels,
+    the HF next-token loss (labels shifted inside, -100 ignored) and logits None; without, logits [B, S', V]."""
+
+    def __init__(self, cfg: LlamaConfig, dtype=None, device=None):
+        super().__init__()
+        self.config = cfg
+        self.model = LlamaModel(cfg, dtype, device)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=dtype, device=device)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        """HF's initialisation: normal(0, initializer_range) weights, unit norms."""
+        std = self.config.initializer_range
+        for name, p in self.named_parameters():
+            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, std)
+
+    def forward(self, input_ids, labels=None, position_ids=None, attention_mask=None, num_items_in_batch=None,
+                logits_to_keep=0):
+        cfg = self.config
+        x = self.model.embed_tokens(input_ids)
+        B, S, _ = x.shape
+        if position_ids is None:
+            position_ids = torch.arange(S, device=x.device)[None, :]
+        layers = [layer.weights(x.dtype) for layer in self.model.layers]
+        gamma_f = self.model.norm.weight.to(x.dtype)
+        x, norm_cache = run_layers(x, position_ids.expand(B, S), self.model.inv_freq(x.device), layers, gamma_f, attention_mask,
+                                   cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps,
+                                   cfg.attention_dropout if self.training else 0.0)
+        loss, logits = causal_lm_head(x, norm_cache, gamma_f, self.lm_head.weight.to(x.dtype), cfg.rms_norm_eps,
+                                      labels, num_items_in_batch, logits_to_keep)
+        return CausalLMOutput(loss, logits)

@@ -1,0 +1,79 @@
+"""The LLaMA layer stack as CODA composes it (MATH.md "One block"), shared by coda.models.llama and
+coda.patch_llama: embeddings -> first norm + q/k/v -> [attention -> CODA block]* -> last layer's MLP -> final norm
+cache, then the LM head (loss without logits, or logits)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's weights in CODA layout (coda.layout), in the model's compute dtype."""
+    gamma_in: torch.Tensor   # [d] input (attention) RMSNorm
+    w_qkv: torch.Tensor      # [(hq + 2 hkv) hd, d], q/k rows RoPE-paired
+    w_o: torch.Tensor        # [d, hq hd]
+    gamma_post: torch.Tensor  # [d] post-attention (MLP) RMSNorm
+    w_gu: torch.Tensor       # [2F, d] gate/up interleaved
+    w_down: torch.Tensor     # [d, F]
+
+
+def attention(qkv, attention_mask, hq, hkv, hd, dropout):
+    """Causal SDPA on CODA's qkv [B, S, (hq + 2 hkv) hd] -> [B, S, hq hd]. q and k carry their dimensions in
+    RoPE-pair order, the same permutation for both, so q.k and the result are unchanged. attention_mask: None or a
+    [B, S] padding mask (1 = token)."""
+    B, S, _ = qkv.shape
+    q, k, v = torch.split(qkv, [hq * hd, hkv * hd, hkv * hd], dim=-1)
+    q = q.view(B, S, hq, hd).transpose(1, 2)
+    k = k.view(B, S, hkv, hd).transpose(1, 2)
+    v = v.view(B, S, hkv, hd).transpose(1, 2)
+    if attention_mask is None:
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, enable_gqa=hq != hkv)
+    else:
+        # Causal and key padding; a query always sees itself, so padded rows stay finite (their labels are ignored).
+        idx = torch.arange(S, device=qkv.device)
+        causal = idx[None, :] <= idx[:, None]
+        keys = attention_mask.to(torch.bool)[:, None, None, :] | torch.eye(S, dtype=torch.bool, device=qkv.device)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal & keys, dropout_p=dropout,
+                                           enable_gqa=hq != hkv)
+    return y.transpose(1, 2).reshape(B, S, hq * hd)
+
+
+def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, hkv, hd, eps, dropout=0.0):
+    """x [B, S, d] embeddings -> (x_out [B, S, d], (h, rstd) of the final norm). positions [B, S]; inv_freq [hd/2]
+    fp32; layers: LayerWeights per layer."""
+    first = layers[0]
+    qkv = ops.rms_norm_qkv_rope(x, first.gamma_in, first.w_qkv, positions, inv_freq, hq, hkv, hd, eps,
+                                cache=ops.rmsnorm_prepare(x, first.gamma_in, eps))
+    for i, layer in enumerate(layers):
+        y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
+        if i + 1 < len(layers):
+            nxt = layers[i + 1]
+            x, qkv = ops.block(y0, x, layer.w_o, layer.gamma_post, layer.w_gu, layer.w_down, nxt.gamma_in,
+                               nxt.w_qkv, positions, inv_freq, hq, hkv, hd, eps)
+        else:
+            x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, layer.w_o, x, layer.gamma_post, eps)
+            x, norm_cache = ops.swiglu_mlp(x1, layer.gamma_post, layer.w_gu, layer.w_down, eps, cache=(h1, rstd1),
+                                           next_gamma=gamma_final)
+    return x, norm_cache
+
+
+def causal_lm_head(x, norm_cache, gamma_final, w_head, eps, labels=None, num_items_in_batch=None, logits_to_keep=0):
+    """-> (loss, logits). With labels: HF's shifted next-token loss (labels -100 ignored; mean over the other tokens,
+    or sum / num_items_in_batch), logits None (never materialised). Without: logits [B, S', V] for the last
+    logits_to_keep positions (0: all) or the given indices."""
+    if labels is not None:
+        targets = F.pad(labels, (0, 1), value=-100)[..., 1:]
+        if num_items_in_batch is None:
+            return ops.linear_cross_entropy(x, gamma_final, w_head, targets, eps, cache=norm_cache), None
+        loss = ops.linear_cross_entropy(x, gamma_final, w_head, targets, eps, cache=norm_cache, reduction="sum")
+        return loss / num_items_in_batch, None
+    h, rstd = norm_cache
+    if isinstance(logits_to_keep, int):
+        keep = slice(-logits_to_keep, None) if logits_to_keep > 0 else slice(None)
+    else:
+        keep = logits_to_keep
+    return None, ops.rms_norm_linear(x[:, keep], gamma_final, w_head, eps, cache=(h[:, keep], rstd[:, keep]))

@@ -1,0 +1,274 @@
+"""CODA's functional API: the fused ops of a LLaMA block with autograd, traceable by torch.compile(fullgraph=True).
+
+Conventions (every function):
+  - Activations are [..., features]: leading dimensions (batch, sequence) are flattened to tokens and restored on the
+    outputs. Weights use the nn.Linear layout [out_features, in_features], in CODA's order: gate/up interleaved
+    (coda.layout.interleave_gate_up) and q/k rows RoPE-paired per head (coda.layout.pair_rope_rows); coda.nn and
+    coda.patch_llama do this for you.
+  - CUDA tensors run the sm_90 kernels: bfloat16 or float16 activations and weights (one dtype), fp32 statistics,
+    feature sizes multiples of 8. CPU tensors run the float64 PyTorch reference (any floating dtype; slow; for tests
+    and debugging). Mixing devices is an error.
+  - Normalised inputs: ops that start with an RMSNorm take the un-normalised x, its gamma and eps, and optionally
+    `cache=(h, rstd)` where h = x * gamma and rstd = 1/sqrt(mean(x^2) + eps) came out of the op before
+    (linear_residual_rmsnorm, swiglu_mlp, rmsnorm_prepare). The cache is a forward-only shortcut: gradients flow to x
+    and gamma (one fused backward kernel, MATH.md B2), never through h or rstd, which are non-differentiable.
+  - Errors: TypeError / ValueError naming the argument and the rule, raised before any kernel runs; the library's
+    own checks (alignment, strides, aliasing, GPU architecture) raise the same way with its message.
+Equation numbers refer to docs/MATH.md.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _check as check
+from . import _library as lib
+
+__all__ = [
+    "rmsnorm_prepare", "linear_residual_rmsnorm", "rms_norm_linear", "rms_norm_qkv_rope", "swiglu_mlp", "block",
+    "linear_cross_entropy", "cross_entropy",
+]
+
+
+def _rows(t, features=None):
+    """[..., f] -> [tokens, f] (a view when possible)."""
+    f = t.shape[-1] if features is None else features
+    return t.reshape(-1, f)
+
+
+def _norm_cache(op, x2d, gamma, eps, cache):
+    if cache is None:
+        return lib.rmsnorm_prepare(x2d, gamma, eps)
+    if not (isinstance(cache, (tuple, list)) and len(cache) == 2):
+        raise TypeError(f"coda.{op}: `cache` must be a (h, rstd) pair, got {type(cache).__name__}")
+    h, rstd = cache
+    check.tensor(op, "cache[0] (h)", h)
+    check.tensor(op, "cache[1] (rstd)", rstd)
+    h = _rows(h)
+    if h.shape != x2d.shape:
+        raise ValueError(f"coda.{op}: `cache` h has shape {tuple(h.shape)}, x has {tuple(x2d.shape)} as tokens x "
+                         "features: the cache must come from the same x")
+    return h, rstd.reshape(-1)
+
+
+def _norm_args(op, x, gamma, w, eps):
+    check.tensor(op, "x", x, floating=True)
+    check.tensor(op, "gamma", gamma, rank=1, floating=True)
+    check.tensor(op, "w", w, rank=2, floating=True)
+    check.same_device(op, x=x, gamma=gamma, w=w)
+    check.same_dtype(op, "x", x, gamma=gamma, w=w)
+    check.size(op, "gamma", gamma, 0, x.shape[-1], "x's last dimension")
+    check.size(op, "w", w, 1, x.shape[-1], "x's last dimension (nn.Linear layout [out, in])")
+    check.positive(op, "eps", eps)
+
+
+def rmsnorm_prepare(x, gamma, eps=1e-6):
+    """First-layer norm without a GEMM before it: h = x * gamma, rstd = 1/sqrt(mean(x^2) + eps).
+
+    x [..., d]; gamma [d] same dtype. Returns (h [..., d] same dtype, rstd [...] fp32), both non-differentiable: pass
+    them as `cache` with (x, gamma) to rms_norm_linear / rms_norm_qkv_rope / linear_cross_entropy.
+    """
+    op = "rmsnorm_prepare"
+    check.tensor(op, "x", x, floating=True)
+    check.tensor(op, "gamma", gamma, rank=1, floating=True)
+    check.same_device(op, x=x, gamma=gamma)
+    check.same_dtype(op, "x", x, gamma=gamma)
+    check.size(op, "gamma", gamma, 0, x.shape[-1], "x's last dimension")
+    check.positive(op, "eps", eps)
+    h, rstd = lib.rmsnorm_prepare(_rows(x), gamma, float(eps))
+    return h.reshape(x.shape), rstd.reshape(x.shape[:-1])
+
+
+def linear_residual_rmsnorm(a, w, residual, gamma, eps=1e-6):
+    """F1: x = a w^T + residual, and the next RMSNorm's first half h = x * gamma, rstd = 1/sqrt(mean(x^2) + eps).
+
+    a [..., k]; w [d, k]; residual [..., d]; gamma [d] (the next norm's weight); all one dtype.
+    Returns (x [..., d], h [..., d], rstd [...] fp32). x is differentiable (to a, w, residual); h and rstd are the
+    non-differentiable cache of (x, gamma) for the next op. One GEMM launch + one tiny reduce.
+    """
+    op = "linear_residual_rmsnorm"
+    check.tensor(op, "a", a, floating=True)
+    check.tensor(op, "w", w, rank=2, floating=True)
+    check.tensor(op, "residual", residual, floating=True)
+    check.tensor(op, "gamma", gamma, rank=1, floating=True)
+    check.same_device(op, a=a, w=w, residual=residual, gamma=gamma)
+    check.same_dtype(op, "a", a, w=w, residual=residual, gamma=gamma)
+    check.size(op, "w", w, 1, a.shape[-1], "a's last dimension")
+    if residual.shape[:-1] != a.shape[:-1] or residual.shape[-1] != w.shape[0]:
+        raise ValueError(f"coda.{op}: `residual` must have shape {(*a.shape[:-1], w.shape[0])}, got "
+                         f"{tuple(residual.shape)}")
+    check.size(op, "gamma", gamma, 0, w.shape[0], "w's first dimension")
+    check.positive(op, "eps", eps)
+    x, h, rstd = lib.linear_residual_rmsnorm(_rows(a), w, _rows(residual), gamma, float(eps))
+    out = (*a.shape[:-1], w.shape[0])
+    return x.reshape(out), h.reshape(out), rstd.reshape(a.shape[:-1])
+
+
+def rms_norm_linear(x, gamma, w, eps=1e-6, *, cache=None):
+    """F2: y = rmsnorm(x) w^T = diag(rstd) (x * gamma) w^T, the normalisation applied as a row scale in the GEMM
+    epilogue. Backward: one fused dgrad (B2) gives dx and dgamma; dW = dy^T a.
+
+    x [..., d]; gamma [d]; w [n, d]; one dtype. Returns y [..., n].
+    """
+    op = "rms_norm_linear"
+    _norm_args(op, x, gamma, w, eps)
+    x2 = _rows(x)
+    h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
+    return lib.rms_norm_linear(x2, gamma, w, h, rstd).reshape(*x.shape[:-1], w.shape[0])
+
+
+def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *,
+                      cache=None):
+    """F4: qkv = RoPE(rmsnorm(x) w_qkv^T), q and k rotated by theta = positions * inv_freq, v passed through.
+
+    x [..., d]; gamma [d]; w_qkv [(n_q_heads + 2 n_kv_heads) head_dim, d] with q/k rows RoPE-paired per head
+    (coda.layout.pair_rope_rows); positions [...] integer token positions (0 <= pos < 2^24; any order: packed
+    sequences work); inv_freq [head_dim/2] fp32 (scaled RoPE variants are the caller's choice); head_dim 64 or 128.
+    Returns qkv [..., (n_q_heads + 2 n_kv_heads) head_dim], columns [q heads | k heads | v heads], each head with
+    its rotary pairs adjacent (dimension 2i, 2i+1 is pair i). Backward: B1 (RoPE^T and the row dot) + B2.
+    """
+    op = "rms_norm_qkv_rope"
+    _norm_args(op, x, gamma, w_qkv, eps)
+    check.heads(op, w_qkv.shape[0], n_q_heads, n_kv_heads, head_dim)
+    check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
+    check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
+    check.same_device(op, x=x, positions=positions, inv_freq=inv_freq)
+    check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
+    if positions.shape != x.shape[:-1]:
+        raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x.shape[:-1])} (one per token), got "
+                         f"{tuple(positions.shape)}")
+    x2 = _rows(x)
+    h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
+    pos = positions.reshape(-1).to(torch.int32)
+    inv = inv_freq.to(torch.float32) if x.is_cuda else inv_freq
+    qkv = lib.rms_norm_qkv_rope(x2, gamma, w_qkv, h, rstd, pos, inv, int(n_q_heads), int(n_kv_heads),
+                                int(head_dim))
+    return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
+
+
+def swiglu_mlp(x, gamma, w_gu, w_down, eps=1e-6, *, cache=None, next_gamma=None):
+    """The SwiGLU MLP with its residual (F3 + F1): z = rmsnorm(x) w_gu^T, y = silu(z_gate) z_up,
+    x_out = x + y w_down^T; also the next norm's cache h_next = x_out * next_gamma, rstd_next.
+
+    x [..., d]; gamma [d]; w_gu [2F, d] gate/up interleaved (coda.layout.interleave_gate_up); w_down [d, F];
+    next_gamma [d] or None (no next norm: ones). Returns (x_out [..., d], (h_next, rstd_next)). Saves z [tokens, 2F]
+    for the backward (B3 then B2); y and the normalised x are recomputed there, not stored.
+    """
+    op = "swiglu_mlp"
+    _norm_args(op, x, gamma, w_gu, eps)
+    check.tensor(op, "w_down", w_down, rank=2, floating=True)
+    check.tensor(op, "next_gamma", next_gamma, rank=1, floating=True, optional=True)
+    check.same_device(op, x=x, w_down=w_down, next_gamma=next_gamma)
+    check.same_dtype(op, "x", x, w_down=w_down, next_gamma=next_gamma)
+    if w_gu.shape[0] % 2 or w_down.shape != (x.shape[-1], w_gu.shape[0] // 2):
+        raise ValueError(f"coda.{op}: `w_down` must be [d, F] = {(x.shape[-1], w_gu.shape[0] // 2)} for w_gu "
+                         f"[2F, d] = {tuple(w_gu.shape)}, got {tuple(w_down.shape)}")
+    if next_gamma is None:
+        next_gamma = torch.ones_like(gamma)
+    check.size(op, "next_gamma", next_gamma, 0, x.shape[-1], "x's last dimension")
+    x2 = _rows(x)
+    h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
+    x_out, h_next, rstd_next, _ = lib.swiglu_mlp(x2, gamma, w_gu, w_down, h, rstd, next_gamma, float(eps))
+    return x_out.reshape(x.shape), (h_next.reshape(x.shape), rstd_next.reshape(x.shape[:-1]))
+
+
+def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim,
+          eps=1e-6, *, inplace_backward=True):
+    """One CODA block (MATH.md "One block"; include/coda/block.h): from layer i's attention output to layer i+1's
+    q/k/v.  x1 = y0 w_o^T + x0;  x2 = x1 + mlp(rmsnorm(x1; gamma1));  qkv = RoPE(rmsnorm(x2; gamma2) w_qkv^T).
+
+    y0 [..., hq hd]; x0 [..., d]; weights as in swiglu_mlp and rms_norm_qkv_rope (CODA layouts); positions [...];
+    inv_freq [hd/2]. Returns (x2 [..., d], qkv [..., (hq + 2 hkv) hd]). Forward: 4 fused GEMMs; backward: 3 fused
+    dgrads + 5 plain GEMMs (coda_block_backward). Saves x1, rstd1, z1, x2, rstd2, qkv (h1, h2, y1 and the pre-RoPE
+    q/k/v are not stored). The backward overwrites the saved z1 with dz1 (no extra [tokens, 2F] buffer), so a graph
+    through a block can be backpropagated once: a second backward (retain_graph=True, gradcheck) is refused by
+    autograd's version check. inplace_backward=False keeps z1 (the backward works on a copy) for such uses.
+    """
+    op = "block"
+    _norm_args(op, x0, gamma1, w_gu, eps)
+    for name, t in (("y0", y0), ("w_o", w_o), ("w_down", w_down), ("gamma2", gamma2), ("w_qkv", w_qkv)):
+        check.tensor(op, name, t, floating=True, rank=None if name == "y0" else (1 if "gamma" in name else 2))
+    check.same_device(op, x0=x0, y0=y0, w_o=w_o, w_down=w_down, gamma2=gamma2, w_qkv=w_qkv, positions=positions,
+                      inv_freq=inv_freq)
+    check.same_dtype(op, "x0", x0, y0=y0, w_o=w_o, w_down=w_down, gamma2=gamma2, w_qkv=w_qkv)
+    d = x0.shape[-1]
+    check.heads(op, w_qkv.shape[0], n_q_heads, n_kv_heads, head_dim)
+    if w_o.shape != (d, n_q_heads * head_dim) or y0.shape != (*x0.shape[:-1], n_q_heads * head_dim):
+        raise ValueError(f"coda.{op}: `w_o` must be [d, hq hd] = {(d, n_q_heads * head_dim)} and `y0` "
+                         f"[..., hq hd] with x0's leading shape; got w_o {tuple(w_o.shape)}, y0 {tuple(y0.shape)}")
+    if w_gu.shape[0] % 2 or w_down.shape != (d, w_gu.shape[0] // 2):
+        raise ValueError(f"coda.{op}: `w_down` must be [d, F] = {(d, w_gu.shape[0] // 2)}, got "
+                         f"{tuple(w_down.shape)}")
+    check.size(op, "gamma2", gamma2, 0, d, "d")
+    check.size(op, "w_qkv", w_qkv, 1, d, "d")
+    check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
+    if positions.shape != x0.shape[:-1]:
+        raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x0.shape[:-1])}, got "
+                         f"{tuple(positions.shape)}")
+    check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
+    check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
+    pos = positions.reshape(-1).to(torch.int32)
+    inv = inv_freq.to(torch.float32) if x0.is_cuda else inv_freq
+    x1, rstd1, z1, x2, rstd2, qkv = lib.block_forward(_rows(y0), _rows(x0), w_o, gamma1, w_gu, w_down, gamma2,
+                                                      w_qkv, pos, inv, int(n_q_heads), int(n_kv_heads),
+                                                      int(head_dim), float(eps), bool(inplace_backward))
+    return x2.reshape(x0.shape), qkv.reshape(*x0.shape[:-1], w_qkv.shape[0])
+
+
+def _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap):
+    check.reduction(op, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"coda.{op}: `label_smoothing` must be in [0, 1], got {label_smoothing}")
+    if z_loss < 0:
+        raise ValueError(f"coda.{op}: `z_loss` must be >= 0, got {z_loss}")
+    if softcap is not None and softcap < 0:
+        raise ValueError(f"coda.{op}: `softcap` must be >= 0 (0 or None: off), got {softcap}")
+    return int(ignore_index), reduction, float(label_smoothing), float(z_loss), float(softcap or 0.0)
+
+
+def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, z_loss=0.0, softcap=None, chunk_rows=0):
+    """Final RMSNorm + LM head + cross-entropy without the logits in memory (F5/F6 and the chunked LM-head
+    backward): l = rmsnorm(x; gamma) w^T, optionally softcapped, loss as torch.nn.functional.cross_entropy(l, targets,
+    ignore_index, reduction, label_smoothing) plus z_loss * lse^2 per row.
+
+    x [..., d]; gamma [d]; w [V, d] (V % 8 == 0 on CUDA); targets [...] int64/int32 (ignore_index rows give 0 loss
+    and 0 gradient; mean averages over the other rows). Returns the loss: fp32 [] for mean/sum, [...] for none.
+    chunk_rows: tokens per fused GEMM (0: the library's default). Backward recomputes the logits chunk by chunk.
+    """
+    op = "linear_cross_entropy"
+    _norm_args(op, x, gamma, w, eps)
+    check.tensor(op, "targets", targets, dtype=(torch.int32, torch.int64))
+    check.same_device(op, x=x, targets=targets)
+    if targets.shape != x.shape[:-1]:
+        raise ValueError(f"coda.{op}: `targets` must have shape {tuple(x.shape[:-1])} (one per token), got "
+                         f"{tuple(targets.shape)}")
+    if chunk_rows < 0:
+        raise ValueError(f"coda.{op}: `chunk_rows` must be >= 0 (0: default), got {chunk_rows}")
+    opts = _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap)
+    if x.is_cuda and w.shape[0] % 8 and torch.is_grad_enabled() and any(t.requires_grad for t in (x, gamma, w)):
+        raise ValueError(f"coda.{op}: `w` must have a multiple of 8 rows (V = {w.shape[0]}) for the backward on CUDA "
+                         "(the chunked backward loads the logits' gradient with TMA); pad the vocabulary")
+    x2 = _rows(x)
+    h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
+    loss, _ = lib.linear_cross_entropy(x2, gamma, w, h, rstd, targets.reshape(-1), *opts, int(chunk_rows))
+    return loss.reshape(x.shape[:-1]) if reduction == "none" else loss
+
+
+def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, z_loss=0.0,
+                  softcap=None):
+    """F6: cross-entropy over stored logits (as torch.nn.functional.cross_entropy, plus z_loss and softcap).
+
+    logits [..., V] bf16/fp16 (CUDA) or any float (CPU); targets [...] int64/int32. Returns the fp32 loss ([] for
+    mean/sum, [...] for none). The backward recomputes the softmax from the logits (nothing [.., V] is saved
+    besides the logits themselves).
+    """
+    op = "cross_entropy"
+    check.tensor(op, "logits", logits, floating=True)
+    check.tensor(op, "targets", targets, dtype=(torch.int32, torch.int64))
+    check.same_device(op, logits=logits, targets=targets)
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"coda.{op}: `targets` must have shape {tuple(logits.shape[:-1])}, got "
+                         f"{tuple(targets.shape)}")
+    opts = _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap)
+    loss = lib.cross_entropy(_rows(logits), targets.reshape(-1), *opts)
+    return loss.reshape(logits.shape[:-1]) if reduction == "none" else loss

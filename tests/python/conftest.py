@@ -1,0 +1,116 @@
+"""Shared helpers of the Python tests.
+
+Every check of a CODA result on the GPU uses PROTOCOL.md's acceptance rule against the float64 reference:
+    max|coda - ref64| <= 2 * max|unfused - ref64| + 1e-6
+where `unfused` is the same computation written in plain PyTorch in the same dtype (bf16/fp16 GEMMs, separate ops)
+and ref64 is that plain PyTorch code in float64 on the CPU. CPU tests run coda's float64 reference path and compare
+it with plain PyTorch float64 (tight tolerance): that checks the autograd wiring, layouts and modules without a GPU.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))  # the checkout's package (an installed one works the same)
+
+import coda  # noqa: E402
+
+
+def gpu_reason():
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not coda.available():
+        return "libcoda not built/loadable (tools/build, or set CODA_LIBRARY)"
+    if not coda.device_supported():
+        return f"device is {torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))}), CODA kernels need sm_90"
+    return None
+
+
+_REASON = gpu_reason()
+requires_gpu = pytest.mark.skipif(_REASON is not None, reason=f"GPU test: {_REASON}")
+
+
+def pytest_report_header(config):
+    return f"coda GPU tests: {'run' if _REASON is None else 'skipped (' + _REASON + ')'}"
+
+
+def max_err(a, ref):
+    return (a.detach().to(torch.float64).cpu() - ref.detach().to(torch.float64).cpu()).abs().max().item() \
+        if a.numel() else 0.0
+
+
+def accept(name, coda_out, unfused_out, ref64):
+    """PROTOCOL.md acceptance rule; reports both errors. NaN never passes."""
+    assert coda_out.shape == ref64.shape, f"{name}: shape {tuple(coda_out.shape)} vs {tuple(ref64.shape)}"
+    assert torch.isfinite(coda_out.detach().float()).all(), f"{name}: non-finite values"
+    e_coda, e_unf = max_err(coda_out, ref64), max_err(unfused_out, ref64)
+    bound = 2 * e_unf + 1e-6
+    print(f"  {name}: coda {e_coda:.3e}  unfused {e_unf:.3e}  bound {bound:.3e}")
+    assert e_coda <= bound, f"{name}: coda error {e_coda:.3e} > 2 x unfused {e_unf:.3e} + 1e-6"
+
+
+def close64(name, a, b, tol=1e-9):
+    """CPU path: coda's float64 reference vs plain PyTorch float64."""
+    e = max_err(a, b)
+    scale = max(b.detach().abs().max().item(), 1.0) if b.numel() else 1.0
+    assert e <= tol * scale, f"{name}: {e:.3e} (scale {scale:.3e})"
+
+
+def run_with_grads(fn, inputs, seed=1):
+    """fn(*inputs) -> tensor or tuple; returns (outputs, grads of the float inputs that require grad) for the
+    scalar sum(out * w) with fixed random w per output (same w for every variant)."""
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point() and t.requires_grad)
+              if isinstance(t, torch.Tensor) else t for t in inputs]
+    outs = fn(*leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    g = torch.Generator().manual_seed(seed)
+    total = 0
+    for o in outs:
+        if o.requires_grad:
+            # bf16-representable weights: every variant (bf16, fp16, float64) sees the same exact values.
+            w = torch.randn(o.shape, generator=g).to(torch.bfloat16).to(device=o.device, dtype=o.dtype)
+            total = total + (o * w).sum()
+    grads = []
+    if isinstance(total, torch.Tensor):
+        diff = [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
+        grads = torch.autograd.grad(total, diff)
+    return [o.detach() for o in outs], list(grads)
+
+
+def to(inputs, device, dtype):
+    out = []
+    for t in inputs:
+        if isinstance(t, torch.Tensor):
+            u = t.detach().to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+            out.append(u.requires_grad_(t.requires_grad))
+        else:
+            out.append(t)
+    return out
+
+
+def check_op(coda_fn, plain_fn, inputs, dtype=torch.bfloat16, names=None):
+    """GPU: coda (CUDA, dtype) vs plain PyTorch (CUDA, dtype) vs plain PyTorch float64 (CPU), outputs and grads."""
+    o_c, g_c = run_with_grads(coda_fn, to(inputs, "cuda", dtype))
+    o_u, g_u = run_with_grads(plain_fn, to(inputs, "cuda", dtype))
+    o_r, g_r = run_with_grads(plain_fn, to(inputs, "cpu", torch.float64))
+    assert len(o_c) == len(o_r) and len(g_c) == len(g_r)
+    for i, (c, u, r) in enumerate(zip(o_c, o_u, o_r)):
+        accept(f"out{i}", c, u, r)
+    for i, (c, u, r) in enumerate(zip(g_c, g_u, g_r)):
+        accept(f"grad{i}" if names is None else f"d{names[i]}", c, u, r)
+
+
+def check_cpu(coda_fn, plain_fn, inputs, tol=1e-9):
+    """CPU: coda's float64 reference path vs plain PyTorch float64, outputs and grads."""
+    o_c, g_c = run_with_grads(coda_fn, to(inputs, "cpu", torch.float64))
+    o_r, g_r = run_with_grads(plain_fn, to(inputs, "cpu", torch.float64))
+    assert len(o_c) == len(o_r) and len(g_c) == len(g_r) and len(g_c) > 0
+    for i, (c, r) in enumerate(zip(o_c, o_r)):
+        close64(f"out{i}", c, r, tol)
+    for i, (c, r) in enumerate(zip(g_c, g_r)):
+        close64(f"grad{i}", c, r, tol)

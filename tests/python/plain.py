@@ -1,0 +1,59 @@
+"""Plain PyTorch versions of what CODA fuses, in HF/PyTorch style: the 'unfused' pipeline of the acceptance rule
+(run in bf16/fp16 on the GPU) and the float64 reference (run in float64 on the CPU). Weights in CODA's layouts
+(gate/up interleaved, q/k rows RoPE-paired), so they take exactly the tensors coda.ops takes."""
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x, gamma, eps):
+    return F.rms_norm(x, (x.shape[-1],), gamma, eps)
+
+
+def rms_norm_linear(x, gamma, w, eps):
+    return rms_norm(x, gamma, eps) @ w.T
+
+
+def rope_pairs(z, positions, inv_freq, n_rot_heads, hd):
+    """Rotates the first n_rot_heads heads of z [..., W] with pairs (2i, 2i+1) adjacent."""
+    theta = positions[..., None].to(torch.float64) * inv_freq.to(torch.float64)
+    cos, sin = torch.cos(theta).to(z.dtype)[..., None, :], torch.sin(theta).to(z.dtype)[..., None, :]
+    rot = z[..., : n_rot_heads * hd].unflatten(-1, (n_rot_heads, hd // 2, 2))
+    even, odd = rot[..., 0], rot[..., 1]
+    out = torch.stack((even * cos - odd * sin, odd * cos + even * sin), -1).flatten(-3)
+    return torch.cat((out, z[..., n_rot_heads * hd:]), -1)
+
+
+def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, hq, hkv, hd, eps):
+    return rope_pairs(rms_norm_linear(x, gamma, w_qkv, eps), positions, inv_freq, hq + hkv, hd)
+
+
+def swiglu_mlp(x, gamma, w_gu, w_down, eps):
+    z = rms_norm_linear(x, gamma, w_gu, eps)
+    return x + (F.silu(z[..., 0::2]) * z[..., 1::2]) @ w_down.T
+
+
+def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps):
+    x1 = y0 @ w_o.T + x0
+    x2 = swiglu_mlp(x1, gamma1, w_gu, w_down, eps)
+    return x2, rms_norm_qkv_rope(x2, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps)
+
+
+def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_smoothing=0.0, z_loss=0.0,
+                  softcap=None):
+    l = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+    if softcap:
+        l = softcap * torch.tanh(l / softcap)
+    loss = F.cross_entropy(l, targets, ignore_index=ignore_index, reduction="none", label_smoothing=label_smoothing)
+    if z_loss:
+        keep = targets != ignore_index
+        loss = loss + z_loss * torch.logsumexp(l, -1).square() * keep
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    n = (targets != ignore_index).sum()
+    return loss.sum() / n.clamp(min=1)
+
+
+def linear_cross_entropy(x, gamma, w, targets, eps, **options):
+    return cross_entropy(rms_norm_linear(x, gamma, w, eps), targets, **options)

@@ -1,0 +1,253 @@
+"""coda.ops forward and backward: on the CPU (float64 reference path vs plain PyTorch, autograd wiring, gradcheck)
+and on an sm_90 GPU (kernels, PROTOCOL.md acceptance rule against float64 for every output and gradient)."""
+import pytest
+import torch
+
+import coda
+import inputs as I
+import plain
+from conftest import check_cpu, check_op, requires_gpu
+
+EPS = 1e-5
+
+
+def _norm_linear_case(seed, M, d, n, lead=()):
+    g = I.gen(seed)
+    return [I.act(g, *lead, M, d), I.norm(g, d), I.weight(g, n, d)]
+
+
+def _qkv_case(seed, M, d, hq, hkv, hd, lead=()):
+    g = I.gen(seed)
+    return [I.act(g, *lead, M, d), I.norm(g, d), I.weight(g, (hq + 2 * hkv) * hd, d), I.positions(g, *lead, M),
+            I.inv_freq(hd)]
+
+
+def _mlp_case(seed, M, d, F):
+    g = I.gen(seed)
+    return [I.act(g, M, d, scale=4.0), I.norm(g, d), I.weight(g, 2 * F, d), I.weight(g, d, F)]
+
+
+def _block_case(seed, M, d, F, hq, hkv, hd, lead=()):
+    g = I.gen(seed)
+    return [I.act(g, *lead, M, hq * hd), I.act(g, *lead, M, d, scale=4.0), I.weight(g, d, hq * hd), I.norm(g, d),
+            I.weight(g, 2 * F, d), I.weight(g, d, F), I.norm(g, d), I.weight(g, (hq + 2 * hkv) * hd, d),
+            I.positions(g, *lead, M), I.inv_freq(hd)]
+
+
+def _lce_case(seed, M, d, V, ignore=0.2, ignore_index=-100):
+    g = I.gen(seed)
+    t = torch.randint(0, V, (M,), generator=g)
+    t[torch.rand(M, generator=g) < ignore] = ignore_index
+    if M > 2:
+        t[0], t[1] = 0, V - 1
+    return [I.act(g, M, d, scale=3.0), I.norm(g, d), I.weight(g, V, d), t]
+
+
+def f_norm_linear(x, gm, w):
+    return coda.ops.rms_norm_linear(x, gm, w, EPS)
+
+
+def p_norm_linear(x, gm, w):
+    return plain.rms_norm_linear(x, gm, w, EPS)
+
+
+def f_qkv(hq, hkv, hd):
+    return lambda x, gm, w, pos, inv: coda.ops.rms_norm_qkv_rope(x, gm, w, pos, inv, hq, hkv, hd, EPS)
+
+
+def p_qkv(hq, hkv, hd):
+    return lambda x, gm, w, pos, inv: plain.rms_norm_qkv_rope(x, gm, w, pos, inv, hq, hkv, hd, EPS)
+
+
+def f_mlp(x, gm, wgu, wd):
+    return coda.ops.swiglu_mlp(x, gm, wgu, wd, EPS)[0]
+
+
+def p_mlp(x, gm, wgu, wd):
+    return plain.swiglu_mlp(x, gm, wgu, wd, EPS)
+
+
+def f_block(hq, hkv, hd):
+    return lambda *a: coda.ops.block(*a, hq, hkv, hd, EPS)
+
+
+def p_block(hq, hkv, hd):
+    return lambda *a: plain.block(*a, hq, hkv, hd, EPS)
+
+
+def f_chain(x, gm, wo, wgu, wd):
+    """F1 -> swiglu_mlp with the cache from F1: the ops compose through (x, gamma) + cache."""
+    x1, h1, r1 = coda.ops.linear_residual_rmsnorm(x[:, :wo.shape[1]], wo, x, gm, EPS)
+    return coda.ops.swiglu_mlp(x1, gm, wgu, wd, EPS, cache=(h1, r1))[0]
+
+
+def p_chain(x, gm, wo, wgu, wd):
+    x1 = x[:, :wo.shape[1]] @ wo.T + x
+    return plain.swiglu_mlp(x1, gm, wgu, wd, EPS)
+
+
+def _chain_case(seed, M, d, F):
+    g = I.gen(seed)
+    return [I.act(g, M, d), I.norm(g, d), I.weight(g, d, d // 2), I.weight(g, 2 * F, d), I.weight(g, d, F)]
+
+
+CE_OPTIONS = [dict(), dict(reduction="sum"), dict(reduction="none"), dict(label_smoothing=0.1),
+              dict(z_loss=1e-3, softcap=15.0), dict(ignore_index=5)]
+
+
+# ---- CPU: the reference path and the autograd wiring -------------------------------------------------------
+
+@pytest.mark.parametrize("M", [1, 7, 33])
+def test_cpu_rms_norm_linear(M):
+    check_cpu(f_norm_linear, p_norm_linear, _norm_linear_case(M, M, 24, 16))
+
+
+def test_cpu_rms_norm_linear_batched():
+    check_cpu(f_norm_linear, p_norm_linear, _norm_linear_case(3, 5, 16, 8, lead=(2,)))
+
+
+@pytest.mark.parametrize("hq,hkv,hd", [(2, 1, 64), (2, 2, 128)])
+def test_cpu_qkv_rope(hq, hkv, hd):
+    check_cpu(f_qkv(hq, hkv, hd), p_qkv(hq, hkv, hd), _qkv_case(4, 9, 32, hq, hkv, hd))
+
+
+def test_cpu_swiglu_mlp():
+    check_cpu(f_mlp, p_mlp, _mlp_case(5, 11, 32, 24))
+
+
+def test_cpu_chain_with_cache():
+    check_cpu(f_chain, p_chain, _chain_case(6, 10, 32, 16))
+
+
+@pytest.mark.parametrize("hq,hkv,hd", [(2, 1, 64), (1, 1, 128)])
+def test_cpu_block(hq, hkv, hd):
+    check_cpu(f_block(hq, hkv, hd), p_block(hq, hkv, hd), _block_case(7, 6, 32, 16, hq, hkv, hd, lead=(2,)))
+
+
+@pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_cpu_linear_cross_entropy(opts):
+    case = _lce_case(8, 13, 16, 40, ignore_index=opts.get("ignore_index", -100))
+    check_cpu(lambda x, gm, w, t: coda.ops.linear_cross_entropy(x, gm, w, t, EPS, **opts),
+              lambda x, gm, w, t: plain.linear_cross_entropy(x, gm, w, t, EPS, **opts), case)
+
+
+@pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_cpu_cross_entropy(opts):
+    g = I.gen(9)
+    t = torch.randint(0, 40, (13,), generator=g)
+    t[3] = opts.get("ignore_index", -100)
+    check_cpu(lambda l, t: coda.ops.cross_entropy(l, t, **opts), lambda l, t: plain.cross_entropy(l, t, **opts),
+              [I.act(g, 13, 40, scale=3.0), t])
+
+
+def test_cpu_block_second_backward_is_refused():
+    """The default in-place backward consumes z1: a second backward must fail loudly, never read dz1 as z1."""
+    b = _block_case(16, 3, 8, 8, 1, 1, 64)
+    x2, qkv = coda.ops.block(*b, 1, 1, 64, EPS)
+    loss = x2.sum() + qkv.square().sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_cpu_all_rows_ignored():
+    x, gm, w, t = _lce_case(10, 5, 16, 24)
+    t = torch.full_like(t, -100)
+    loss = coda.ops.linear_cross_entropy(x, gm, w, t, EPS)
+    loss.backward()
+    assert loss.item() == 0.0 and x.grad.abs().max().item() == 0.0 and w.grad.abs().max().item() == 0.0
+
+
+def test_cpu_gradcheck():
+    """torch.autograd.gradcheck (finite differences) on the float64 path of every differentiable op."""
+    gc = lambda f, a: torch.autograd.gradcheck(f, a, eps=1e-6, atol=1e-5)  # noqa: E731
+    assert gc(f_norm_linear, _norm_linear_case(11, 3, 8, 4))
+    qkv = _qkv_case(12, 3, 8, 1, 1, 64)
+    assert gc(lambda x, gm, w: f_qkv(1, 1, 64)(x, gm, w, qkv[3], qkv[4]), qkv[:3])
+    assert gc(f_mlp, _mlp_case(13, 3, 8, 8))
+    b = _block_case(14, 3, 8, 8, 1, 1, 64)
+    assert gc(lambda *a: coda.ops.block(*a, b[8], b[9], 1, 1, 64, EPS, inplace_backward=False), b[:8])
+    x, gm, w, t = _lce_case(15, 4, 8, 16)
+    assert gc(lambda x, gm, w: coda.ops.linear_cross_entropy(x, gm, w, t, EPS, label_smoothing=0.1, z_loss=0.01,
+                                                            softcap=5.0), [x, gm, w])
+
+
+# ---- GPU: the kernels ------------------------------------------------------------------------------------------
+
+DTYPES = [torch.bfloat16, torch.float16]
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,d,n", [(1, 64, 64), (1000, 264, 128), (4097, 2048, 256), (256, 16, 24)])
+def test_gpu_rms_norm_linear(M, d, n, dtype):
+    check_op(f_norm_linear, p_norm_linear, _norm_linear_case(M, M, d, n), dtype, names=["x", "gamma", "w"])
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,d,hq,hkv,hd", [(7, 128, 2, 1, 64), (1000, 512, 4, 2, 128), (2048, 2048, 32, 8, 64)])
+def test_gpu_qkv_rope(M, d, hq, hkv, hd, dtype):
+    check_op(f_qkv(hq, hkv, hd), p_qkv(hq, hkv, hd), _qkv_case(M, M, d, hq, hkv, hd), dtype,
+             names=["x", "gamma", "w_qkv"])
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,d,F", [(1, 64, 64), (1000, 256, 264), (2048, 2048, 8192)])
+def test_gpu_swiglu_mlp(M, d, F, dtype):
+    check_op(f_mlp, p_mlp, _mlp_case(M, M, d, F), dtype, names=["x", "gamma", "w_gu", "w_down"])
+
+
+@requires_gpu
+def test_gpu_chain_with_cache():
+    check_op(f_chain, p_chain, _chain_case(6, 777, 256, 512))
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead,M,d,F,hq,hkv,hd", [((), 1000, 256, 512, 4, 1, 64), ((2,), 512, 2048, 8192, 32, 8, 64),
+                                                   ((), 300, 1024, 2816, 8, 8, 128)])
+def test_gpu_block(lead, M, d, F, hq, hkv, hd, dtype):
+    check_op(f_block(hq, hkv, hd), p_block(hq, hkv, hd), _block_case(M, M, d, F, hq, hkv, hd, lead), dtype,
+             names=["y0", "x0", "w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv"])
+
+
+@requires_gpu
+@pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+@pytest.mark.parametrize("M,d,V", [(1000, 256, 32000), (7, 64, 264)])
+def test_gpu_linear_cross_entropy(M, d, V, opts):
+    check_op(lambda x, gm, w, t: coda.ops.linear_cross_entropy(x, gm, w, t, EPS, **opts),
+             lambda x, gm, w, t: plain.linear_cross_entropy(x, gm, w, t, EPS, **opts), _lce_case(M, M, d, V, ignore_index=opts.get("ignore_index", -100)), names=["x", "gamma", "w"])
+
+
+@requires_gpu
+@pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_gpu_cross_entropy(opts):
+    g = I.gen(21)
+    t = torch.randint(0, 50264, (300,), generator=g)
+    t[:20] = opts.get("ignore_index", -100)
+    check_op(lambda l, t: coda.ops.cross_entropy(l, t, **opts), lambda l, t: plain.cross_entropy(l, t, **opts),
+             [I.act(g, 300, 50264, scale=3.0), t], names=["logits"])
+
+
+@requires_gpu
+def test_gpu_all_rows_ignored():
+    x, gm, w, t = [a.cuda() if i == 3 else a.detach().cuda().bfloat16().requires_grad_()
+                   for i, a in enumerate(_lce_case(22, 100, 64, 256))]
+    loss = coda.ops.linear_cross_entropy(x, gm, w, torch.full_like(t, -100), EPS)
+    loss.backward()
+    assert loss.item() == 0.0 and x.grad.abs().max().item() == 0.0 and w.grad.abs().max().item() == 0.0
+
+
+@requires_gpu
+def test_gpu_deterministic():
+    case = [t.detach().cuda().bfloat16().requires_grad_() if t.is_floating_point() else t.cuda()
+            for t in _block_case(23, 999, 256, 512, 4, 2, 64)]
+    runs = []
+    for _ in range(2):
+        outs = f_block(4, 2, 64)(*case)
+        grads = torch.autograd.grad(outs[0].float().sum() + outs[1].float().square().sum(),
+                                    [t for t in case if t.requires_grad])
+        runs.append([o.detach().clone() for o in outs] + list(grads))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
