@@ -83,18 +83,32 @@ def run_with_grads(fn, inputs, seed=1):
 
 
 def to(inputs, device, dtype):
+    """Differentiable float inputs -> dtype; float inputs that are not differentiated (e.g. inv_freq) stay fp32
+    (float64 for the float64 reference); integer inputs unchanged."""
     out = []
     for t in inputs:
         if isinstance(t, torch.Tensor):
-            u = t.detach().to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
-            out.append(u.requires_grad_(t.requires_grad))
+            if t.is_floating_point():
+                dt = dtype if t.requires_grad or dtype == torch.float64 else torch.float32
+            else:
+                dt = t.dtype
+            out.append(t.detach().to(device=device, dtype=dt).requires_grad_(t.requires_grad))
         else:
             out.append(t)
     return out
 
 
+def rounded(inputs, dtype):
+    """The inputs as `dtype` would hold them (float64 tensors holding dtype values), so the float64 reference sees
+    exactly what the bf16/fp16 variants see."""
+    return [t.detach().to(dtype).to(torch.float64).requires_grad_(t.requires_grad)
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad else t for t in inputs]
+
+
 def check_op(coda_fn, plain_fn, inputs, dtype=torch.bfloat16, names=None):
-    """GPU: coda (CUDA, dtype) vs plain PyTorch (CUDA, dtype) vs plain PyTorch float64 (CPU), outputs and grads."""
+    """GPU: coda (CUDA, dtype) vs plain PyTorch (CUDA, dtype) vs plain PyTorch float64 (CPU), outputs and grads,
+    all on the same (dtype-rounded) inputs."""
+    inputs = rounded(inputs, dtype)
     o_c, g_c = run_with_grads(coda_fn, to(inputs, "cuda", dtype))
     o_u, g_u = run_with_grads(plain_fn, to(inputs, "cuda", dtype))
     o_r, g_r = run_with_grads(plain_fn, to(inputs, "cpu", torch.float64))

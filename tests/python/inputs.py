@@ -20,7 +20,8 @@ def norm(g, d):
 
 
 def inv_freq(hd, theta=500000.0):
-    return 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    # fp32 values (the kernels take fp32 inv_freq), held in float64
+    return (1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)).float().double()
 
 
 def positions(g, *shape, jump=True):

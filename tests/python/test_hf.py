@@ -115,7 +115,7 @@ def test_gpu_patch_llama32_1b_like(dtype):
     acceptance rule against the float64 (CPU) model, with unpatched HF in bf16 on the GPU as 'unfused'."""
     cfg = hf_config(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2,
                     num_attention_heads=32, num_key_value_heads=8, head_dim=64)
-    base = random_model(cfg)
+    base = random_model(cfg).to(dtype)  # the float64 model below holds exactly these (rounded) weights
     ids = torch.randint(0, cfg.vocab_size, (2, 256))
     labels = ids.clone()
     labels[:, :10] = -100

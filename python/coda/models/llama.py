@@ -137,8 +137,9 @@ class CausalLMOutput(NamedTuple):
 
 class LlamaForCausalLM(nn.Module):
     """LLaMA causal LM on CODA kernels. forward(input_ids [B, S], labels=None, position_ids=None,
-    attention_mask=None, num_items_in_batch=None, logits_to_keep=0) -> CausalLMOutput(loss, logits): with labels,
-    the HF next-token loss (labels shifted inside, -100 ignored) and logits None; without, logits [B, S', V]."""
+    attention_mask=None, num_items_in_batch=None, logits_to_keep=0, compute_dtype=None) -> CausalLMOutput(loss,
+    logits): with labels, the HF next-token loss (labels shifted inside, -100 ignored) and logits None; without,
+    logits [B, S', V]. compute_dtype (e.g. torch.bfloat16 with fp32 parameters) casts activations and weights."""
 
     def __init__(self, cfg: LlamaConfig, dtype=None, device=None):
         super().__init__()
@@ -160,9 +161,11 @@ class LlamaForCausalLM(nn.Module):
                 p.normal_(0.0, std)
 
     def forward(self, input_ids, labels=None, position_ids=None, attention_mask=None, num_items_in_batch=None,
-                logits_to_keep=0):
+                logits_to_keep=0, compute_dtype=None):
         cfg = self.config
         x = self.model.embed_tokens(input_ids)
+        if compute_dtype is not None and x.dtype != compute_dtype:
+            x = x.to(compute_dtype)  # e.g. fp32 master weights, bf16 compute: weights are cast per forward too
         B, S, _ = x.shape
         if position_ids is None:
             position_ids = torch.arange(S, device=x.device)[None, :]

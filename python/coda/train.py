@@ -1,0 +1,288 @@
+"""Train a LLaMA-architecture model on a text corpus with CODA kernels (python -m coda.train).
+
+    python -m coda.train                      # tinyshakespeare, BPE tokenizer, small Llama-3-style model, 2000 steps
+    python -m coda.train --compare            # CODA and plain PyTorch (HF transformers) from the same seed and data
+                                              # order: both loss curves in one PNG and a summary table
+    python -m coda.train --baseline torch --compile    # only the PyTorch baseline, torch.compile'd
+    python -m coda.train --config llama3-1b --steps 50 --batch-size 4 --seq-len 8192   # throughput at 1B shape
+
+Every non-attention op of the CODA model (norms, projections with RoPE, SwiGLU MLP, residuals, LM head + loss, and
+their backward passes) runs as a CODA kernel; attention is PyTorch's SDPA. Parameters are fp32 masters, compute is
+bf16 (the baseline runs under torch.autocast(bfloat16)), AdamW. Output folder: losses (JSON lines), summary, plot,
+tokenizer and an HF-compatible checkpoint (config.json + model.safetensors via transformers' save_pretrained).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+CONFIGS = {
+    # A small Llama-3-style model that trains in minutes on one H200.
+    "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=4, head_dim=64),
+    # The llama3-1B (Llama-3.2-1B) shape, for throughput.
+    "llama3-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                      num_key_value_heads=8, head_dim=64),
+}
+
+
+def default_data() -> Path:
+    """The corpus beside the repository (../shared/data), or its copy in .data/ (the GPU machine's)."""
+    env = os.environ.get("CODA_DATA")
+    here = Path(__file__).resolve().parents[2]
+    for p in ([Path(env)] if env else []) + [here.parent / "shared" / "data" / "tinyshakespeare.txt",
+                                             here / ".data" / "tinyshakespeare.txt",
+                                             Path.cwd() / ".data" / "tinyshakespeare.txt"]:
+        if p.exists():
+            return p
+    raise SystemExit("coda.train: no corpus found: pass --data FILE (any UTF-8 text file), or set CODA_DATA")
+
+
+def tokenize(text: str, kind: str, vocab_size: int, out: Path):
+    """-> (token ids int64 tensor, vocabulary size, tokenizer or None). 'bpe' trains a byte-level BPE on the corpus
+    (the `tokenizers` library) and saves it in out/; 'byte' uses the UTF-8 bytes (vocabulary 256)."""
+    if kind == "byte":
+        return torch.tensor(list(text.encode("utf-8")), dtype=torch.int64), 256, None
+    from tokenizers import ByteLevelBPETokenizer
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator([text], vocab_size=vocab_size, min_frequency=2, show_progress=False)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    ids = torch.tensor(tok.encode(text).ids, dtype=torch.int64)
+    return ids, vocab_size, tok
+
+
+def make_model(kind, cfg_name, vocab, seed, device, compile_):
+    """CODA's model, or the identical HF LlamaForCausalLM loaded from its state dict (same initial weights)."""
+    from .models.llama import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=vocab, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
+                      **CONFIGS[cfg_name])
+    torch.manual_seed(seed)
+    coda_model = LlamaForCausalLM(cfg, dtype=torch.float32, device=device)
+    if kind == "coda":
+        model = coda_model
+    else:
+        import transformers
+        hf_cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=cfg.hidden_size,
+                                          intermediate_size=cfg.intermediate_size,
+                                          num_hidden_layers=cfg.num_hidden_layers,
+                                          num_attention_heads=cfg.num_attention_heads,
+                                          num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                                          rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
+                                          tie_word_embeddings=True, max_position_embeddings=131072,
+                                          attn_implementation="sdpa", use_cache=False)
+        model = transformers.LlamaForCausalLM(hf_cfg).to(device)
+        model.load_state_dict(coda_model.state_dict(), strict=True)
+        del coda_model
+    model.train()
+    fwd = torch.compile(model) if compile_ else model
+    return model, fwd, cfg
+
+
+def batches(ids, batch, seq, seed, device):
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        starts = torch.randint(0, ids.numel() - seq - 1, (batch,), generator=g)
+        yield torch.stack([ids[s:s + seq] for s in starts]).to(device, non_blocking=True)
+
+
+@torch.no_grad()
+def evaluate(fwd, kind, val_ids, batch, seq, n_batches, device):
+    loss = 0.0
+    it = batches(val_ids, batch, seq, 1234, device)  # fixed validation batches
+    for _ in range(n_batches):
+        x = next(it)
+        with torch.autocast("cuda", torch.bfloat16, enabled=kind == "torch"):
+            out = fwd(input_ids=x, labels=x) if kind == "torch" else fwd(x, labels=x, compute_dtype=torch.bfloat16)
+        loss += out.loss.float().item()
+    return loss / n_batches
+
+
+def lr_at(step, steps, base, warmup):
+    if step < warmup:
+        return base * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def run(args, kind, ids_train, ids_val, vocab, out: Path):
+    device = torch.device("cuda")
+    model, fwd, cfg = make_model(kind, args.config, vocab, args.seed, device, args.compile)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    data = batches(ids_train, args.batch_size, args.seq_len, args.seed, device)
+    name = kind + ("+compile" if args.compile else "")
+    log = open(out / f"losses_{name}.jsonl", "w")
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        from tqdm import tqdm
+        bar = tqdm(range(args.steps), desc=name, disable=args.no_progress, dynamic_ncols=True)
+    except ImportError:
+        bar = range(args.steps)
+    tokens = args.batch_size * args.seq_len
+    timed_tokens, timed_s, val = 0, 0.0, float("nan")
+    t_last = None
+    for step in bar:
+        x = next(data)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        with torch.autocast("cuda", torch.bfloat16, enabled=kind == "torch"):
+            out_ = fwd(input_ids=x, labels=x) if kind == "torch" else fwd(x, labels=x, compute_dtype=torch.bfloat16)
+        out_.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        rec = {"step": step, "loss": None}
+        if step % args.log_every == 0 or step == args.steps - 1:
+            torch.cuda.synchronize()
+            now = time.perf_counter()
+            if t_last is not None and step > args.warmup_timing:
+                timed_s += now - t_last[0]
+                timed_tokens += (step - t_last[1]) * tokens
+            t_last = (now, step)
+            rec["loss"] = out_.loss.float().item()
+            if step % args.eval_every == 0 or step == args.steps - 1:
+                val = evaluate(fwd, kind, ids_val, args.batch_size, args.seq_len, args.eval_batches, device)
+                rec["val_loss"] = val
+                t_last = (time.perf_counter(), step)  # evaluation is not training time
+            tps = timed_tokens / timed_s if timed_s else float("nan")
+            mem = torch.cuda.max_memory_allocated() / 2**30
+            rec.update(tokens_per_s=tps, peak_mem_gib=mem)
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{rec['loss']:.3f}", val=f"{val:.3f}", tok_s=f"{tps:,.0f}", mem=f"{mem:.1f}G")
+    log.close()
+    summary = dict(model=name, config=args.config, steps=args.steps, tokens_per_step=tokens,
+                   final_train_loss=rec["loss"], final_val_loss=val,
+                   tokens_per_s=timed_tokens / timed_s if timed_s else None,
+                   peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30,
+                   params=sum(p.numel() for p in model.parameters()))
+    if args.save and kind == "coda":
+        save_checkpoint(model, cfg, out / "checkpoint")
+    del model, fwd, opt
+    torch.cuda.empty_cache()
+    return summary
+
+
+def save_checkpoint(model, cfg, path: Path):
+    """HF layout: transformers' save_pretrained of an HF LlamaForCausalLM holding the same weights, or the state
+    dict (already in HF names and layouts) with torch.save when transformers is missing."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        import transformers
+    except ImportError:
+        torch.save(model.state_dict(), path / "pytorch_model.bin")
+        (path / "coda_config.json").write_text(json.dumps(vars(cfg), indent=1))
+        return
+    hf_cfg = transformers.LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+                                      intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
+                                      num_attention_heads=cfg.num_attention_heads,
+                                      num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                                      rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
+                                      tie_word_embeddings=cfg.tie_word_embeddings)
+    hf = transformers.LlamaForCausalLM(hf_cfg)
+    hf.load_state_dict({k: v.detach().cpu() for k, v in model.state_dict().items()}, strict=True)
+    hf.save_pretrained(path)
+
+
+def plot(out: Path, names):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("coda.train: matplotlib missing: no plot written (pip install matplotlib)", file=sys.stderr)
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name in names:
+        recs = [json.loads(line) for line in open(out / f"losses_{name}.jsonl")]
+        ax.plot([r["step"] for r in recs if r["loss"] is not None], [r["loss"] for r in recs if r["loss"] is not None],
+                label=f"{name} train", alpha=0.7)
+        v = [r for r in recs if "val_loss" in r]
+        ax.plot([r["step"] for r in v], [r["val_loss"] for r in v], "o-", label=f"{name} validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title("CODA vs PyTorch, same seed and data order")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    path = out / "loss.png"
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    return path
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m coda.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, default=None, help="UTF-8 text file (default: tinyshakespeare)")
+    p.add_argument("--tokenizer", choices=["bpe", "byte"], default="bpe")
+    p.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary (multiple of 8)")
+    p.add_argument("--config", choices=sorted(CONFIGS), default="small")
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--baseline", choices=["coda", "torch"], default="coda",
+                   help="which implementation to train: CODA (default) or plain PyTorch (HF transformers)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compare", action="store_true", help="train CODA and the PyTorch baseline, plot both")
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--warmup-timing", type=int, default=20, help="steps excluded from tokens/s")
+    p.add_argument("--out", type=Path, default=Path("runs/train"))
+    p.add_argument("--no-save", dest="save", action="store_false")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        what = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA GPU"
+        raise SystemExit(f"coda.train needs an NVIDIA Hopper GPU (sm_90: H100/H200) for CODA's kernels; found {what}.")
+    from . import _C
+    if not _C.device_supported():
+        raise SystemExit("coda.train: libcoda cannot run here: " + (_C._load_error or "device not supported"))
+    if args.tokenizer == "bpe" and args.vocab_size % 8:
+        raise SystemExit(f"coda.train: --vocab-size must be a multiple of 8, got {args.vocab_size}")
+    data = args.data or default_data()
+    text = data.read_text(encoding="utf-8")
+    args.out.mkdir(parents=True, exist_ok=True)
+    ids, vocab, _ = tokenize(text, args.tokenizer, args.vocab_size, args.out)
+    if args.config == "llama3-1b":
+        vocab = 128256  # the real vocabulary size for throughput (the extra rows are never targets)
+    split = int(0.9 * ids.numel())
+    train_ids, val_ids = ids[:split], ids[split:]
+    if val_ids.numel() <= args.seq_len + 1:
+        raise SystemExit(f"coda.train: the corpus is too small for --seq-len {args.seq_len}")
+    print(f"coda.train: {data.name}: {ids.numel():,} tokens (vocab {vocab}), {train_ids.numel():,} train / "
+          f"{val_ids.numel():,} validation; config {args.config}, {args.steps} steps x "
+          f"{args.batch_size * args.seq_len:,} tokens")
+    kinds = ["coda", "torch"] if args.compare else [args.baseline]
+    summaries = [run(args, k, train_ids, val_ids, vocab, args.out) for k in kinds]
+    (args.out / "summary.json").write_text(json.dumps(summaries, indent=1))
+    lines = ["| model | final train loss | final val loss | tokens/s | peak memory GiB |", "|---|---:|---:|---:|---:|"]
+    for s in summaries:
+        tps = f"{s['tokens_per_s']:,.0f}" if s["tokens_per_s"] else "-"
+        lines.append(f"| {s['model']} | {s['final_train_loss']:.4f} | {s['final_val_loss']:.4f} | {tps} | "
+                     f"{s['peak_mem_gib']:.2f} |")
+    if len(summaries) == 2:
+        a, b = summaries
+        lines.append("")
+        lines.append(f"validation loss difference: {100 * (a['final_val_loss'] / b['final_val_loss'] - 1):+.2f} %; "
+                     f"throughput ratio {a['model']}/{b['model']}: {a['tokens_per_s'] / b['tokens_per_s']:.3f}x")
+    table = "\n".join(lines)
+    (args.out / "summary.md").write_text(table + "\n")
+    png = plot(args.out, [s["model"] for s in summaries])
+    print(table)
+    if png:
+        print(f"plot: {png}")
+
+
+if __name__ == "__main__":
+    main()
