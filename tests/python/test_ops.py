@@ -6,7 +6,7 @@ import torch
 import coda
 import inputs as I
 import plain
-from conftest import check_cpu, check_op, requires_gpu
+from conftest import check_cpu, check_op, check_reduced_loss, requires_gpu
 
 EPS = 1e-5
 
@@ -217,8 +217,18 @@ def test_gpu_block(lead, M, d, F, hq, hkv, hd, dtype):
 @pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
 @pytest.mark.parametrize("M,d,V", [(1000, 256, 32000), (7, 64, 264)])
 def test_gpu_linear_cross_entropy(M, d, V, opts):
+    case = _lce_case(M, M, d, V, ignore_index=opts.get("ignore_index", -100))
+    reduction = opts.get("reduction", "mean")
     check_op(lambda x, gm, w, t: coda.ops.linear_cross_entropy(x, gm, w, t, EPS, **opts),
-             lambda x, gm, w, t: plain.linear_cross_entropy(x, gm, w, t, EPS, **opts), _lce_case(M, M, d, V, ignore_index=opts.get("ignore_index", -100)), names=["x", "gamma", "w"])
+             lambda x, gm, w, t: plain.linear_cross_entropy(x, gm, w, t, EPS, **opts), case, names=["x", "gamma", "w"],
+             check_outputs=reduction == "none")
+    if reduction != "none":
+        o = {k: v for k, v in opts.items() if k != "reduction"}
+        check_reduced_loss(lambda x, gm, w, t, reduction: coda.ops.linear_cross_entropy(x, gm, w, t, EPS,
+                                                                                        reduction=reduction, **o),
+                           lambda x, gm, w, t, reduction: plain.linear_cross_entropy(x, gm, w, t, EPS,
+                                                                                     reduction=reduction, **o),
+                           case, reduction)
 
 
 @requires_gpu
@@ -227,8 +237,15 @@ def test_gpu_cross_entropy(opts):
     g = I.gen(21)
     t = torch.randint(0, 50264, (300,), generator=g)
     t[:20] = opts.get("ignore_index", -100)
-    check_op(lambda l, t: coda.ops.cross_entropy(l, t, **opts), lambda l, t: plain.cross_entropy(l, t, **opts),
-             [I.act(g, 300, 50264, scale=3.0), t], names=["logits"])
+    case = [I.act(g, 300, 50264, scale=3.0), t]
+    reduction = opts.get("reduction", "mean")
+    check_op(lambda l, t: coda.ops.cross_entropy(l, t, **opts), lambda l, t: plain.cross_entropy(l, t, **opts), case,
+             names=["logits"], check_outputs=reduction == "none")
+    if reduction != "none":
+        o = {k: v for k, v in opts.items() if k != "reduction"}
+        check_reduced_loss(lambda l, t, reduction: coda.ops.cross_entropy(l, t, reduction=reduction, **o),
+                           lambda l, t, reduction: plain.cross_entropy(l, t, reduction=reduction, **o), case,
+                           reduction)
 
 
 @requires_gpu
