@@ -104,9 +104,9 @@ def linear_cross_entropy(h, w, rstd, targets, ignore_index, reduction, label_smo
 
 
 def linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_index, reduction, label_smoothing,
-                             z_loss, softcap, chunk_rows):
+                             z_loss, softcap, chunk_rows, want_loss=False):
     """Backward of the LM head + loss and the final norm (chunked F2 -> F6 -> B2 -> dW). -> (dx, dw fp32,
-    dgamma fp32)."""
+    dgamma fp32), plus the loss from the same pass when want_loss (a training step without a forward call)."""
     M, d = h.shape
     V = w.shape[0]
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -114,10 +114,11 @@ def linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_in
     dgamma = _f32((d,), h)
     ws = _ws("linear_cross_entropy_bwd", h.device, M, V, d, chunk_rows)
     opts = _C.ce_options(ignore_index, reduction, label_smoothing, z_loss, softcap)
+    loss = _f32(_loss_shape(M, reduction), h) if want_loss else None
     _C.call("linear_cross_entropy_bwd", _d(h), _d(w), _d(rstd), _d(x), _d(gamma), _d(targets), opts,
-            _d(grad_loss), chunk_rows, None, _d(dx), _d(dw), _d(dgamma), None, ws.data_ptr(), ws.numel(),
+            _d(grad_loss), chunk_rows, None, _d(dx), _d(dw), _d(dgamma), _d(loss), ws.data_ptr(), ws.numel(),
             _C.stream(h.device))
-    return dx, dw, dgamma
+    return (dx, dw, dgamma, loss) if want_loss else (dx, dw, dgamma)
 
 
 def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size):

@@ -126,13 +126,14 @@ def _norm_bwd(D, x64, gamma64, rstd64, zdz_scaled):
 
 
 def linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_index, reduction, label_smoothing,
-                             z_loss, softcap, chunk_rows):
+                             z_loss, softcap, chunk_rows, want_loss=False):
     l64 = _rowscale(h, w, rstd)
-    _, dl, _ = _ce(l64, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap, True)
+    loss, dl, _ = _ce(l64, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap, True)
     d = h.shape[1]
     zdz = (l64 * dl).sum(-1) / d
     dx, a, dgamma = _norm_bwd(dl @ _f64(w), _f64(x), _f64(gamma), _f64(rstd), zdz)
-    return dx.to(x.dtype), _stat_like(dl.T @ a, h), _stat_like(dgamma, h)
+    grads = (dx.to(x.dtype), _stat_like(dl.T @ a, h), _stat_like(dgamma, h))
+    return grads + (_stat_like(loss, h),) if want_loss else grads
 
 
 def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size):

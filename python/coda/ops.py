@@ -233,7 +233,10 @@ def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_i
 
     x [..., d]; gamma [d]; w [V, d] (V % 8 == 0 on CUDA); targets [...] int64/int32 (ignore_index rows give 0 loss
     and 0 gradient; mean averages over the other rows). Returns the loss: fp32 [] for mean/sum, [...] for none.
-    chunk_rows: tokens per fused GEMM (0: the library's default). Backward recomputes the logits chunk by chunk.
+    chunk_rows: tokens per fused GEMM (0: the library's default). With gradients required and a mean/sum
+    reduction, the forward computes the loss and the gradients in one chunked pass (logits, their gradient, dgrad
+    and wgrad per chunk: 3 GEMMs of tokens x V x d) and the backward only scales them by the upstream gradient;
+    otherwise the forward keeps row statistics only and the backward recomputes the logits chunk by chunk.
     """
     op = "linear_cross_entropy"
     _norm_args(op, x, gamma, w, eps)
@@ -250,6 +253,10 @@ def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_i
                          "(the chunked backward loads the logits' gradient with TMA); pad the vocabulary")
     x2 = _rows(x)
     h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
+    if reduction != "none" and torch.is_grad_enabled() and any(t.requires_grad for t in (x, gamma, w)):
+        # Training: loss and gradients in one pass (the gradients are scaled by the upstream gradient later).
+        loss = lib.linear_cross_entropy_train(x2, gamma, w, h, rstd, targets.reshape(-1), *opts, int(chunk_rows))[0]
+        return loss
     loss, _ = lib.linear_cross_entropy(x2, gamma, w, h, rstd, targets.reshape(-1), *opts, int(chunk_rows))
     return loss.reshape(x.shape[:-1]) if reduction == "none" else loss
 
