@@ -1,0 +1,212 @@
+"""Block-level benchmark (issue 7, PROTOCOL.md): the CODA block (layer i's o-projection, MLP norm, SwiGLU MLP and
+layer i+1's norm + q/k/v + RoPE; attention excluded) forward, backward and forward+backward against the same block
+in PyTorch eager (HF style), torch.compile of it, and with Liger Kernel's RMSNorm / SwiGLU / RoPE.
+
+    python bench/python/bench_block.py --configs llama3-1b:8192,llama3-1b:32768,llama3-8b:8192,llama3-70b:8192 \
+        --out bench/results/block_torch.jsonl
+
+Timing: CUDA events around each call after warm-up, median of --reps; backward = (forward+backward) - forward.
+Peak memory: torch.cuda.max_memory_allocated above the inputs during one forward+backward.
+Each line of --out is one (config, tokens, implementation) with times in ms and the ratios to CODA.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+import coda  # noqa: E402
+
+CONFIGS = {  # d, F, hq, hkv, hd
+    "llama3-1b": (2048, 8192, 32, 8, 64),
+    "llama3-8b": (4096, 14336, 32, 8, 128),
+    "llama3-70b": (8192, 28672, 64, 8, 128),
+}
+EPS = 1e-5
+
+
+def hf_rms_norm(x, w):
+    """transformers' LlamaRMSNorm."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)
+    return w * h.to(x.dtype)
+
+
+def rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+def torch_block(y0, x0, w, cos, sin, cfg, norm=hf_rms_norm, silu_mul=None, rope=None):
+    """HF LlamaDecoderLayer's math from the attention output to the next layer's rotated q, k and v."""
+    d, Fi, hq, hkv, hd = cfg
+    x1 = y0 @ w["o"].T + x0
+    n1 = norm(x1, w["g1"])
+    gate, up = n1 @ w["gate"].T, n1 @ w["up"].T
+    y1 = silu_mul(gate, up) if silu_mul else F.silu(gate) * up
+    x2 = y1 @ w["down"].T + x1
+    n2 = norm(x2, w["g2"])
+    M = x0.shape[0]
+    q = (n2 @ w["q"].T).view(1, M, hq, hd).transpose(1, 2)
+    k = (n2 @ w["k"].T).view(1, M, hkv, hd).transpose(1, 2)
+    v = (n2 @ w["v"].T).view(1, M, hkv, hd).transpose(1, 2)
+    if rope:
+        q, k = rope(q, k, cos, sin)
+    else:
+        c, s = cos[:, None], sin[:, None]
+        q, k = q * c + rotate_half(q) * s, k * c + rotate_half(k) * s
+    return x2, q, k, v
+
+
+def liger_fns():
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    from liger_kernel.transformers.rope import liger_rotary_pos_emb
+    return dict(norm=lambda x, w: LigerRMSNormFunction.apply(x, w, EPS),
+                silu_mul=lambda a, b: LigerSiLUMulFunction.apply(a, b),
+                rope=lambda q, k, c, s: liger_rotary_pos_emb(q, k, c, s))
+
+
+def make(cfg, M, dtype=torch.bfloat16, seed=0):
+    d, Fi, hq, hkv, hd = cfg
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    r = lambda *s, std=0.02: (torch.randn(*s, device="cuda", generator=g) * std).to(dtype)  # noqa: E731
+    w = dict(o=r(d, hq * hd), g1=1 + r(d, std=0.1), gate=r(Fi, d), up=r(Fi, d), down=r(d, Fi), g2=1 + r(d, std=0.1),
+             q=r(hq * hd, d), k=r(hkv * hd, d), v=r(hkv * hd, d))
+    for t in w.values():
+        t.requires_grad_()
+    y0, x0 = r(M, hq * hd, std=1.0).requires_grad_(), r(M, d, std=4.0).requires_grad_()
+    pos = torch.arange(M, device="cuda") % 8192
+    inv = 1.0 / 500000.0 ** (torch.arange(0, hd, 2, device="cuda", dtype=torch.float32) / hd)
+    ang = pos[:, None].float() * inv[None]
+    emb = torch.cat((ang, ang), -1)
+    cos, sin = emb.cos().to(dtype)[None], emb.sin().to(dtype)[None]
+    return w, y0, x0, pos, inv, cos, sin
+
+
+def coda_runner(cfg, w, pos, inv):
+    d, Fi, hq, hkv, hd = cfg
+    L = coda.layout
+    # CODA's layouts, built once (a model holds its weights this way: coda.models.llama)
+    w_gu = L.interleave_gate_up(w["gate"], w["up"]).detach().requires_grad_()
+    w_qkv = L.qkv_weight(w["q"], w["k"], w["v"], hd).detach().requires_grad_()
+    params = [w["o"], w["g1"], w_gu, w["down"], w["g2"], w_qkv]
+
+    def fwd(y0, x0):
+        return coda.ops.block(y0, x0, w["o"], w["g1"], w_gu, w["down"], w["g2"], w_qkv, pos, inv, hq, hkv, hd, EPS)
+    return fwd, params
+
+
+def timed(fn, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def bench_impl(name, fwd, inputs, params, reps):
+    grads_out = None
+
+    def forward():
+        with torch.no_grad():
+            fwd(*inputs)
+
+    def fwd_bwd():
+        nonlocal grads_out
+        outs = fwd(*inputs)
+        if grads_out is None:
+            grads_out = [torch.randn_like(o) for o in outs]
+        torch.autograd.backward(outs, grads_out)
+        for p in list(params) + list(inputs):
+            p.grad = None
+
+    # the forward with autograd on (it saves what the backward needs) is what a training step runs
+    def forward_train():
+        outs = fwd(*inputs)
+        del outs
+
+    fwd_bwd()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fwd_bwd()
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+    t_f = timed(forward_train, reps)
+    t_fb = timed(fwd_bwd, reps)
+    return dict(impl=name, forward_ms=t_f, backward_ms=t_fb - t_f, fwd_bwd_ms=t_fb, peak_extra_gib=peak)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--configs", default="llama3-1b:8192,llama3-1b:32768,llama3-8b:8192,llama3-70b:8192")
+    p.add_argument("--impls", default="coda,eager,compile,liger")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--commit", default="unknown")
+    args = p.parse_args()
+    impls = args.impls.split(",")
+    lines = []
+    for item in args.configs.split(","):
+        name, M = item.split(":")
+        cfg, M = CONFIGS[name], int(M)
+        w, y0, x0, pos, inv, cos, sin = make(cfg, M)
+        rows = []
+        for impl in impls:
+            try:
+                if impl == "coda":
+                    fwd, params = coda_runner(cfg, w, pos, inv)
+                elif impl == "eager":
+                    fwd, params = (lambda a, b: torch_block(a, b, w, cos, sin, cfg)), list(w.values())
+                elif impl == "compile":
+                    fn = torch.compile(lambda a, b: torch_block(a, b, w, cos, sin, cfg), fullgraph=True)
+                    fwd, params = fn, list(w.values())
+                elif impl == "liger":
+                    lf = liger_fns()
+                    fwd, params = (lambda a, b: torch_block(a, b, w, cos, sin, cfg, **lf)), list(w.values())
+                else:
+                    raise ValueError(impl)
+                r = bench_impl(impl, fwd, [y0, x0], params, args.reps)
+            except Exception as e:  # report, do not hide: the line says what failed
+                r = dict(impl=impl, error=f"{type(e).__name__}: {e}"[:300])
+            r.update(config=name, tokens=M, commit=args.commit, gpu=torch.cuda.get_device_name())
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        base = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
+        for r in rows:
+            if base and "error" not in r:
+                for k in ("forward_ms", "backward_ms", "fwd_bwd_ms"):
+                    r[k.replace("_ms", "_vs_coda")] = r[k] / base[k]
+        lines += rows
+        del w, y0, x0
+        torch.cuda.empty_cache()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "a") as f:
+            for r in lines:
+                f.write(json.dumps(r) + "\n")
+    print("| config | tokens | impl | fwd ms | bwd ms | f+b ms | f+b time / CODA's | extra GiB |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for r in lines:
+        if "error" in r:
+            print(f"| {r['config']} | {r['tokens']} | {r['impl']} | error: {r['error'][:60]} |")
+            continue
+        print(f"| {r['config']} | {r['tokens']} | {r['impl']} | {r['forward_ms']:.2f} | {r['backward_ms']:.2f} | "
+              f"{r['fwd_bwd_ms']:.2f} | {r.get('fwd_bwd_vs_coda', float('nan')):.3f} | {r['peak_extra_gib']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
