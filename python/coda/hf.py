@@ -76,12 +76,14 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
     wants_hf = (cache is not None or past is not None or use_cache is True or kwargs.get("output_attentions")
                 or kwargs.get("output_hidden_states") or (attention_mask is not None and attention_mask.dim() != 2))
     if wants_hf:
+        # Only what the caller gave: transformers 4.x names the cache past_key_values, 5.x accepts both.
         if past is not None:
             kwargs["past_key_values"] = past
+        if cache is not None:
+            kwargs["cache"] = cache
         return self._coda_original_forward(input_ids=input_ids, attention_mask=attention_mask,
-                                           position_ids=position_ids, cache=cache, inputs_embeds=inputs_embeds,
-                                           labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
-                                           **kwargs)
+                                           position_ids=position_ids, inputs_embeds=inputs_embeds, labels=labels,
+                                           use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
     cfg, body = self.config, self.model
     hq, hkv = cfg.num_attention_heads, cfg.num_key_value_heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // hq
