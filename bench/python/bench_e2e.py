@@ -1,0 +1,160 @@
+"""End-to-end training step (issue 7): a llama3-1B-shaped causal LM, B x S tokens per step, forward + backward
+(and optionally AdamW), CODA against Hugging Face transformers eager, torch.compile'd and Liger-patched.
+
+    python bench/python/bench_e2e.py --batch 4 --seq 8192 --out bench/results/e2e.jsonl
+
+Implementations (all bf16 parameters and compute, SDPA attention, the same initial weights and batch):
+  coda          coda.models.llama.LlamaForCausalLM (weights held in CODA's layouts)
+  coda-patched  transformers' model after coda.patch_llama (HF layouts, gathered per step)
+  hf            transformers' LlamaForCausalLM, eager
+  hf-compile    torch.compile of it
+  hf-liger      liger_kernel.transformers.apply_liger_kernel_to_llama on it (run last: Liger patches the module)
+Reported: median step time over --steps after --warmup, tokens/s, peak memory (torch.cuda.max_memory_allocated),
+and the first step's loss (same weights and batch for all: the losses must agree to bf16 noise).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+import coda  # noqa: E402
+
+SHAPES = {
+    "llama3-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=64),
+    "tiny": dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=64),
+}
+
+
+def hf_model(shape, device, dtype, layers=None):
+    import transformers
+    kw = dict(SHAPES[shape])
+    if layers:
+        kw["num_hidden_layers"] = layers
+    cfg = transformers.LlamaConfig(**kw, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
+                                   max_position_embeddings=131072, attn_implementation="sdpa", use_cache=False)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).to(device, dtype)
+
+
+def build(impl, base, device, dtype):
+    """-> (model, step_fn(ids) -> loss)."""
+    if impl == "coda":
+        m = coda.models.llama.LlamaForCausalLM(coda.models.llama.LlamaConfig.from_hf(base.config), dtype=dtype,
+                                               device=device)
+        m.load_state_dict(base.state_dict())
+        return m, lambda ids: m(ids, labels=ids).loss
+    m = copy.deepcopy(base)
+    if impl == "coda-patched":
+        coda.patch_llama(m)
+        return m, lambda ids: m(input_ids=ids, labels=ids).loss
+    if impl == "hf":
+        return m, lambda ids: m(input_ids=ids, labels=ids, use_cache=False).loss
+    if impl == "hf-compile":
+        c = torch.compile(m)
+        return m, lambda ids: c(input_ids=ids, labels=ids, use_cache=False).loss
+    if impl == "hf-liger":
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=True, model=m)
+        return m, lambda ids: m(input_ids=ids, labels=ids, use_cache=False).loss
+    raise ValueError(impl)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run(impl, base, ids, args, device, dtype):
+    model, step = build(impl, base, device, dtype)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda") if args.optimizer else None
+    first_loss, times = None, []
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for i in range(args.warmup + args.steps):
+        sync(device)
+        t0 = time.perf_counter()
+        loss = step(ids)
+        loss.backward()
+        if opt:
+            opt.step()
+        model.zero_grad(set_to_none=True)
+        sync(device)
+        if i == 0:
+            first_loss = loss.float().item()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    t = statistics.median(times)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
+    del model, opt, step
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return dict(impl=impl, step_ms=1e3 * t, tokens_per_s=ids.numel() / t, peak_mem_gib=peak, first_loss=first_loss)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", choices=sorted(SHAPES), default="llama3-1b")
+    p.add_argument("--layers", type=int, default=None, help="override the number of layers")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=8192)
+    p.add_argument("--impls", default="coda,coda-patched,hf,hf-compile,hf-liger")
+    p.add_argument("--optimizer", action="store_true", help="include AdamW's step in the timed step")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--commit", default="unknown")
+    args = p.parse_args()
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    base = hf_model(args.shape, device, dtype, args.layers)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, base.config.vocab_size, (args.batch, args.seq), generator=g).to(device)
+    rows = []
+    for impl in args.impls.split(","):
+        try:
+            r = run(impl, base, ids, args, device, dtype)
+        except Exception as e:  # reported in the table, never hidden
+            r = dict(impl=impl, error=f"{type(e).__name__}: {e}"[:300])
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        r.update(shape=args.shape, layers=base.config.num_hidden_layers, batch=args.batch, seq=args.seq,
+                 optimizer=args.optimizer, commit=args.commit,
+                 gpu=torch.cuda.get_device_name() if device.type == "cuda" else "cpu")
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    ref = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    print(f"| impl | step ms | tokens/s | CODA's tokens/s over it | peak GiB | first loss |  "
+          f"({args.shape}, {args.batch} x {args.seq}{', AdamW' if args.optimizer else ''})")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['impl']} | error: {r['error'][:90]} |")
+            continue
+        ratio = ref["tokens_per_s"] / r["tokens_per_s"] if ref else float("nan")
+        print(f"| {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {ratio:.3f} | {r['peak_mem_gib']:.1f} | "
+              f"{r['first_loss']:.5f} |")
+
+
+if __name__ == "__main__":
+    main()
