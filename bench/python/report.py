@@ -83,6 +83,15 @@ def render(out: Path):
         vals = {(f"{r['config']}:{r['tokens']}", r["impl"]): r.get("fwd_bwd_vs_coda", 0) for r in blk}
         png = bars(out / "block.png", "Block forward+backward: time / CODA's time", groups, series, vals, "ratio")
         md += ["", f"![block]({png})" if png else "", ""]
+    ops = [r for r in load(out / "ops.jsonl") if "error" not in r]
+    if ops:
+        md += ["## Fused ops, forward and forward + backward", "",
+               "`gemm_only` is the op's GEMMs through cuBLAS with nothing else (the floor a fused op aims at).", "",
+               "| op | config | impl | fwd ms | f+b ms | fwd vs CODA | f+b vs CODA |", "|---|---|---|---:|---:|---:|---:|"]
+        for r in ops:
+            md.append(f"| {r['op']} | {r['config']} | {r['impl']} | {r['forward_ms']:.3f} | {r['fwd_bwd_ms']:.3f} | "
+                      f"{r.get('forward_vs_coda', float('nan')):.3f} | {r.get('fwd_bwd_vs_coda', float('nan')):.3f} |")
+        md.append("")
     lm = [r for r in load(out / "lm_head.jsonl") if "error" not in r]
     if lm:
         base = next((r for r in lm if r["impl"] == "coda"), lm[0])
@@ -126,7 +135,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", default="block,lm_head,e2e,train")
+    p.add_argument("--only", default="ops,block,lm_head,e2e,train")
     p.add_argument("--render", type=Path, default=None)
     a = p.parse_args()
     if a.render:
@@ -140,6 +149,9 @@ def main():
         cfgs = "llama3-1b:8192" if a.quick else "llama3-1b:8192,llama3-1b:32768,llama3-8b:8192,llama3-70b:8192"
         run([py, HERE / "bench_block.py", "--configs", cfgs, "--out", out / "block.jsonl", "--commit", c],
             out / "block.log")
+    if "ops" in parts:
+        run([py, HERE / "bench_ops.py", "--configs", "llama3-1b" if a.quick else "llama3-1b,llama3-8b,llama3-70b",
+             "--out", out / "ops.jsonl", "--commit", c], out / "ops.log")
     if "lm_head" in parts:
         run([py, HERE / "bench_lm_head.py", "--tokens", "8192", "--out", out / "lm_head.jsonl", "--commit", c],
             out / "lm_head.log")
