@@ -51,7 +51,13 @@ def size(op, name, t, dim, expected, what):
                          f"{tuple(t.shape)}")
 
 
+def number(op, name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"coda.{op}: `{name}` must be a number, got {type(v).__name__}")
+
+
 def positive(op, name, v):
+    number(op, name, v)
     if not v > 0:
         raise ValueError(f"coda.{op}: `{name}` must be > 0, got {v}")
 

@@ -280,7 +280,14 @@ def _block_ctx(ctx, inputs, output):
 
 
 def _block_bwd(ctx, dx1_, drstd1_, dz1_, dx2, drstd2_, dqkv):
-    saved = ctx.saved_tensors
+    try:
+        saved = ctx.saved_tensors
+    except RuntimeError as e:
+        if "inplace" not in str(e):
+            raise
+        raise RuntimeError("coda.ops.block: a second backward through the same block: the first one overwrote the "
+                           "saved z1 with dz1 (in-place backward). Pass inplace_backward=False to coda.ops.block to "
+                           "keep z1 (retain_graph, gradcheck).") from e
     qkv = saved[-1]
     # The kernel overwrites dqkv (it becomes dz of the q/k/v projection) and z1: the incoming gradient is copied
     # (autograd may hold it elsewhere); z1 is this node's own saved tensor, overwritten unless the caller asked to

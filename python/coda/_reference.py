@@ -57,7 +57,7 @@ def _rotate(z, positions, inv_freq, n_rot_heads, head_dim, sign):
     cos, sin = torch.cos(theta)[:, None, :], sign * torch.sin(theta)[:, None, :]
     rot = z[:, : n_rot_heads * head_dim].reshape(M, n_rot_heads, head_dim // 2, 2)
     even, odd = rot[..., 0], rot[..., 1]
-    out = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).reshape(M, -1)
+    out = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).reshape(M, n_rot_heads * head_dim)
     return torch.cat((out, z[:, n_rot_heads * head_dim:]), dim=1)
 
 

@@ -104,4 +104,9 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
                                cfg.attention_dropout if self.training else 0.0)
     loss, logits = causal_lm_head(x, norm_cache, body.norm.weight, self.lm_head.weight, eps, labels,
                                   kwargs.get("num_items_in_batch"), logits_to_keep)
+    return_dict = kwargs.get("return_dict")
+    if return_dict is None:
+        return_dict = getattr(cfg, "return_dict", True)
+    if not return_dict:
+        return tuple(t for t in (loss, logits) if t is not None)
     return CausalLMOutputWithPast(loss=loss, logits=logits)

@@ -35,7 +35,8 @@ def interleave_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 
 def deinterleave_gate_up(w_gu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse of interleave_gate_up: W_gu [2F, d] -> (W_gate, W_up)."""
+    """Inverse of interleave_gate_up: W_gu [2F, d] -> (W_gate, W_up), strided views of w_gu (call .contiguous()
+    for dense copies)."""
     if w_gu.shape[0] % 2:
         raise ValueError(f"coda.layout.deinterleave_gate_up: `w_gu` must have an even number of rows, got "
                          f"{tuple(w_gu.shape)}")
@@ -49,6 +50,10 @@ def qkv_weight(w_q, w_k, w_v, head_dim: int) -> torch.Tensor:
 
 def split_qkv_weight(w_qkv, n_q_heads: int, n_kv_heads: int, head_dim: int):
     """Inverse of qkv_weight: -> (W_q, W_k, W_v) in HF layout."""
+    rows = (n_q_heads + 2 * n_kv_heads) * head_dim
+    if w_qkv.shape[0] != rows:
+        raise ValueError(f"coda.layout.split_qkv_weight: `w_qkv` must have (n_q_heads + 2 n_kv_heads) head_dim = {rows} "
+                         f"rows, got {tuple(w_qkv.shape)}")
     q, k, v = torch.split(w_qkv, [n_q_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim], dim=0)
     return unpair_rope_rows(q, head_dim), unpair_rope_rows(k, head_dim), v
 

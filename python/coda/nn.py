@@ -56,17 +56,18 @@ def _hf_gate_up_hooks(module, attr):
     module._register_load_state_dict_pre_hook(load)
 
 
-def _hf_qkv_hooks(module, attr, n_q_heads, n_kv_heads, head_dim):
-    """state_dict: `attr` (CODA W_qkv) <-> q_proj.weight, k_proj.weight, v_proj.weight (HF rotate-half)."""
+def _hf_qkv_hooks(module, attr, n_q_heads, n_kv_heads, head_dim, key_prefix=""):
+    """state_dict: `attr` (CODA W_qkv) <-> {key_prefix}q_proj.weight, k_proj.weight, v_proj.weight (HF
+    rotate-half)."""
 
     def save(mod, state, prefix, meta):
         w = state.pop(prefix + attr, None)
         if w is not None:
             for name, t in zip(("q", "k", "v"), layout.split_qkv_weight(w, n_q_heads, n_kv_heads, head_dim)):
-                state[f"{prefix}{name}_proj.weight"] = t.contiguous()
+                state[f"{prefix}{key_prefix}{name}_proj.weight"] = t.contiguous()
 
     def load(state, prefix, meta, strict, missing, unexpected, errors):
-        keys = [f"{prefix}{n}_proj.weight" for n in ("q", "k", "v")]
+        keys = [f"{prefix}{key_prefix}{n}_proj.weight" for n in ("q", "k", "v")]
         if all(k in state for k in keys):
             state[prefix + attr] = layout.qkv_weight(*(state.pop(k) for k in keys), head_dim)
 
@@ -130,7 +131,7 @@ class LlamaBlock(nn.Module):
         self.next_input_layernorm = _Norm(d, dtype, device)
         self.next_w_qkv = _randn(((n_q_heads + 2 * n_kv_heads) * head_dim, d), 1 / math.sqrt(d), dtype, device)
         _hf_gate_up_hooks(self, "w_gu")
-        _hf_qkv_hooks(self, "next_w_qkv", n_q_heads, n_kv_heads, head_dim)
+        _hf_qkv_hooks(self, "next_w_qkv", n_q_heads, n_kv_heads, head_dim, key_prefix="next_")
 
     def forward(self, y0, x0, positions, inv_freq):
         return ops.block(y0, x0, _w(self.o_proj.weight, x0), _w(self.post_attention_layernorm.weight, x0),

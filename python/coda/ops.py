@@ -41,17 +41,23 @@ def _norm_cache(op, x2d, gamma, eps, cache):
     if not (isinstance(cache, (tuple, list)) and len(cache) == 2):
         raise TypeError(f"coda.{op}: `cache` must be a (h, rstd) pair, got {type(cache).__name__}")
     h, rstd = cache
-    check.tensor(op, "cache[0] (h)", h)
-    check.tensor(op, "cache[1] (rstd)", rstd)
-    h = _rows(h)
-    if h.shape != x2d.shape:
-        raise ValueError(f"coda.{op}: `cache` h has shape {tuple(h.shape)}, x has {tuple(x2d.shape)} as tokens x "
-                         "features: the cache must come from the same x")
+    check.tensor(op, "cache[0] (h)", h, dtype=x2d.dtype)
+    check.tensor(op, "cache[1] (rstd)", rstd, dtype=(torch.float32, torch.float64))
+    check.same_device(op, x=x2d, **{"cache[0] (h)": h, "cache[1] (rstd)": rstd})
+    h = _rows(h, x2d.shape[-1]) if h.shape[-1] == x2d.shape[-1] else h
+    if h.shape != x2d.shape or rstd.numel() != x2d.shape[0] or (rstd.dim() > 1 and rstd.shape[-1] == 1):
+        raise ValueError(f"coda.{op}: `cache` must be (h, rstd) of x: h {tuple(x2d.shape)} and rstd with one value per "
+                         f"token ({x2d.shape[0]}), got h {tuple(h.shape)}, rstd {tuple(rstd.shape)}")
+    if h.requires_grad or rstd.requires_grad:
+        raise ValueError(f"coda.{op}: `cache` tensors must not require grad: they are a forward-only shortcut of "
+                         "(x, gamma), whose gradients the op computes")
     return h, rstd.reshape(-1)
 
 
 def _norm_args(op, x, gamma, w, eps):
     check.tensor(op, "x", x, floating=True)
+    if x.dim() < 1:
+        raise ValueError(f"coda.{op}: `x` must have a feature dimension ([..., d]), got a 0-dim tensor")
     check.tensor(op, "gamma", gamma, rank=1, floating=True)
     check.tensor(op, "w", w, rank=2, floating=True)
     check.same_device(op, x=x, gamma=gamma, w=w)
@@ -122,7 +128,9 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
 
     x [..., d]; gamma [d]; w_qkv [(n_q_heads + 2 n_kv_heads) head_dim, d] with q/k rows RoPE-paired per head
     (coda.layout.pair_rope_rows); positions [...] integer token positions (0 <= pos < 2^24; any order: packed
-    sequences work); inv_freq [head_dim/2] fp32 (scaled RoPE variants are the caller's choice); head_dim 64 or 128.
+    sequences work; int64 values are converted to int32 and not range-checked on the device, which would need a
+    host synchronisation; the angle accuracy is documented up to 2^24); inv_freq [head_dim/2] fp32 (scaled RoPE variants
+    are the caller's choice); head_dim 64 or 128.
     Returns qkv [..., (n_q_heads + 2 n_kv_heads) head_dim], columns [q heads | k heads | v heads], each head with
     its rotary pairs adjacent (dimension 2i, 2i+1 is pair i). Backward: B1 (RoPE^T and the row dot) + B2.
     """
@@ -187,6 +195,8 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
     _norm_args(op, x0, gamma1, w_gu, eps)
     for name, t in (("y0", y0), ("w_o", w_o), ("w_down", w_down), ("gamma2", gamma2), ("w_qkv", w_qkv)):
         check.tensor(op, name, t, floating=True, rank=None if name == "y0" else (1 if "gamma" in name else 2))
+    check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
+    check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
     check.same_device(op, x0=x0, y0=y0, w_o=w_o, w_down=w_down, gamma2=gamma2, w_qkv=w_qkv, positions=positions,
                       inv_freq=inv_freq)
     check.same_dtype(op, "x0", x0, y0=y0, w_o=w_o, w_down=w_down, gamma2=gamma2, w_qkv=w_qkv)
@@ -216,6 +226,10 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
 
 def _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap):
     check.reduction(op, reduction)
+    check.number(op, "label_smoothing", label_smoothing)
+    check.number(op, "z_loss", z_loss)
+    if softcap is not None:
+        check.number(op, "softcap", softcap)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"coda.{op}: `label_smoothing` must be in [0, 1], got {label_smoothing}")
     if z_loss < 0:
@@ -232,7 +246,9 @@ def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_i
     ignore_index, reduction, label_smoothing) plus z_loss * lse^2 per row.
 
     x [..., d]; gamma [d]; w [V, d] (V % 8 == 0 on CUDA); targets [...] int64/int32 (ignore_index rows give 0 loss
-    and 0 gradient; mean averages over the other rows). Returns the loss: fp32 [] for mean/sum, [...] for none.
+    and 0 gradient; mean averages over the other rows, and is 0 when every row is ignored, where torch gives NaN; a
+    target outside [0, V) that is not ignore_index makes the loss NaN instead of raising, since raising would need a
+    host synchronisation). Returns the loss: fp32 [] for mean/sum, [...] for none.
     chunk_rows: tokens per fused GEMM (0: the library's default). With gradients required and a mean/sum
     reduction, the forward computes the loss and the gradients in one chunked pass (logits, their gradient, dgrad
     and wgrad per chunk: 3 GEMMs of tokens x V x d) and the backward only scales them by the upstream gradient;

@@ -39,6 +39,17 @@ def _t(*shape, dtype=torch.float32, device="cpu"):
      "`z_loss`"),
     (lambda: coda.ops.cross_entropy(_t(3, 8), _t(3)), TypeError, "`targets` must have dtype"),
     (lambda: coda.layout.pair_rope_rows(_t(10, 4), 4), ValueError, "head_dim"),
+    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), eps="a"), TypeError, "`eps` must be a number"),
+    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8), torch.ones(3, dtype=torch.int32))),
+     TypeError, "rstd"),
+    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8), _t(3).requires_grad_())),
+     ValueError, "must not require grad"),
+    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8, dtype=torch.float64), _t(3))),
+     TypeError, "cache\\[0\\]"),
+    (lambda: coda.ops.cross_entropy(_t(3, 8), torch.zeros(3, dtype=torch.long), label_smoothing="0.1"), TypeError,
+     "`label_smoothing` must be a number"),
+    (lambda: coda.ops.block(_t(2, 64), _t(2, 64), _t(64, 64), _t(64), _t(128, 64), _t(64, 64), _t(64), _t(192, 64),
+                            [0, 1], _t(32), 1, 1, 64), TypeError, "`positions` must be a torch.Tensor"),
 ])
 def test_python_checks(call, exc, match):
     with pytest.raises(exc, match=match):

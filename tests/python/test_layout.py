@@ -47,6 +47,16 @@ def test_module_state_dict_is_hf_layout():
     assert torch.equal(a.w_qkv, b.w_qkv)
 
 
+def test_llama_block_state_dict_keys():
+    blk = coda.nn.LlamaBlock(64, 96, 2, 1, 64)
+    keys = set(blk.state_dict())
+    assert {"next_q_proj.weight", "next_k_proj.weight", "next_v_proj.weight", "gate_proj.weight",
+            "up_proj.weight", "down_proj.weight", "o_proj.weight"} <= keys
+    other = coda.nn.LlamaBlock(64, 96, 2, 1, 64)
+    other.load_state_dict(blk.state_dict(), strict=True)
+    assert torch.equal(other.next_w_qkv, blk.next_w_qkv) and torch.equal(other.w_gu, blk.w_gu)
+
+
 def test_model_state_dict_round_trip():
     """An HF-layout state dict loads (strict) and saves back identically."""
     cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,

@@ -146,8 +146,19 @@ def test_cpu_block_second_backward_is_refused():
     x2, qkv = coda.ops.block(*b, 1, 1, 64, EPS)
     loss = x2.sum() + qkv.square().sum()
     loss.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+    with pytest.raises(RuntimeError, match="inplace_backward=False"):
         loss.backward()
+
+
+def test_cpu_zero_tokens():
+    """M = 0 (an empty batch) is legal everywhere: empty outputs, zero weight gradients."""
+    qkv = _qkv_case(17, 0, 16, 1, 1, 64)
+    out = f_qkv(1, 1, 64)(*qkv)
+    assert out.shape == (0, 3 * 64)
+    b = _block_case(18, 0, 16, 8, 1, 1, 64)
+    x2, q = coda.ops.block(*b, 1, 1, 64, EPS)
+    (x2.sum() + q.sum()).backward()
+    assert x2.shape == (0, 16) and b[2].grad.abs().max().item() == 0.0
 
 
 def test_cpu_all_rows_ignored():
