@@ -18,7 +18,7 @@ import types
 import torch
 
 from . import layout, ops
-from .models.stack import LayerWeights, causal_lm_head, run_layers
+from .models.stack import LayerWeights, cast, causal_lm_head, compute_dtype, run_layers
 
 
 def _unsupported(config):
@@ -89,20 +89,22 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // hq
     eps = cfg.rms_norm_eps
     x = body.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+    dt = compute_dtype(x)  # fp32 weights under torch.autocast: the kernels run in the autocast dtype
+    x = cast(x, dt)
     B, S, _ = x.shape
     if position_ids is None:
         position_ids = torch.arange(S, device=x.device)[None, :]
-    layers = [LayerWeights(layer.input_layernorm.weight, layout.qkv_weight(layer.self_attn.q_proj.weight,
-                                                                            layer.self_attn.k_proj.weight,
-                                                                            layer.self_attn.v_proj.weight, hd),
-                           layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
-                           layout.interleave_gate_up(layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight),
-                           layer.mlp.down_proj.weight)
+    layers = [LayerWeights(*(cast(t, dt) for t in (
+        layer.input_layernorm.weight,
+        layout.qkv_weight(layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight,
+                          hd),
+        layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
+        layout.interleave_gate_up(layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight), layer.mlp.down_proj.weight)))
               for layer in body.layers[: cfg.num_hidden_layers]]
+    gamma_f = cast(body.norm.weight, dt)
     x, norm_cache = run_layers(x, position_ids.expand(B, S), body.rotary_emb.inv_freq.to(x.device), layers,
-                               body.norm.weight, attention_mask, hq, hkv, hd, eps,
-                               cfg.attention_dropout if self.training else 0.0)
-    loss, logits = causal_lm_head(x, norm_cache, body.norm.weight, self.lm_head.weight, eps, labels,
+                               gamma_f, attention_mask, hq, hkv, hd, eps, cfg.attention_dropout if self.training else 0.0)
+    loss, logits = causal_lm_head(x, norm_cache, gamma_f, cast(self.lm_head.weight, dt), eps, labels,
                                   kwargs.get("num_items_in_batch"), logits_to_keep)
     return_dict = kwargs.get("return_dict")
     if return_dict is None:

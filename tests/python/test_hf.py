@@ -130,3 +130,17 @@ def test_gpu_patch_llama32_1b_like(dtype):
         accept(f"d {n}", g_c[n], g_u[n], g64[n])
     out = m.generate(ids[:1, :8].cuda(), max_new_tokens=4, do_sample=False)
     assert out.shape == (1, 12)
+
+
+def test_cpu_patch_under_autocast():
+    """fp32 weights + torch.autocast (how HF's Trainer trains in bf16): the patched model runs in the autocast dtype
+    and its loss matches the unpatched model's under the same autocast to bf16 noise."""
+    ref = random_model(hf_config(num_hidden_layers=2))
+    m = coda.patch_llama(copy.deepcopy(ref))
+    ids = torch.randint(0, 512, (2, 32))
+    with torch.autocast("cpu", torch.bfloat16):
+        a = ref(input_ids=ids, labels=ids, use_cache=False).loss
+        b = m(input_ids=ids, labels=ids).loss
+    b.backward()
+    assert abs(a.item() - b.item()) <= 2e-2 * abs(a.item())
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in m.parameters())

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from .. import nn as cnn
-from .stack import LayerWeights, causal_lm_head, run_layers
+from .stack import LayerWeights, cast, causal_lm_head, run_layers
+from .stack import compute_dtype as stack_compute_dtype
 
 
 @dataclasses.dataclass
@@ -139,7 +140,8 @@ class LlamaForCausalLM(nn.Module):
     """LLaMA causal LM on CODA kernels. forward(input_ids [B, S], labels=None, position_ids=None,
     attention_mask=None, num_items_in_batch=None, logits_to_keep=0, compute_dtype=None) -> CausalLMOutput(loss,
     logits): with labels, the HF next-token loss (labels shifted inside, -100 ignored) and logits None; without,
-    logits [B, S', V]. compute_dtype (e.g. torch.bfloat16 with fp32 parameters) casts activations and weights."""
+    logits [B, S', V]. compute_dtype (e.g. torch.bfloat16 with fp32 parameters) casts activations and weights; by
+    default it is torch.autocast's dtype when autocast is on and the parameters are fp32."""
 
     def __init__(self, cfg: LlamaConfig, dtype=None, device=None):
         super().__init__()
@@ -164,8 +166,8 @@ class LlamaForCausalLM(nn.Module):
                 logits_to_keep=0, compute_dtype=None):
         cfg = self.config
         x = self.model.embed_tokens(input_ids)
-        if compute_dtype is not None and x.dtype != compute_dtype:
-            x = x.to(compute_dtype)  # e.g. fp32 master weights, bf16 compute: weights are cast per forward too
+        # e.g. fp32 master weights with bf16 compute (compute_dtype, or torch.autocast): weights are cast per forward
+        x = cast(x, stack_compute_dtype(x, compute_dtype))
         B, S, _ = x.shape
         if position_ids is None:
             position_ids = torch.arange(S, device=x.device)[None, :]

@@ -11,6 +11,21 @@ import torch.nn.functional as F
 from .. import ops
 
 
+def compute_dtype(x, requested=None):
+    """The dtype the kernels run in: `requested`, else torch.autocast's dtype when autocast is on for x's device and
+    x is float32 (fp32 master weights + autocast, as HF's Trainer trains), else x's dtype."""
+    if requested is not None:
+        return requested
+    dev = x.device.type
+    if x.dtype == torch.float32 and torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return x.dtype
+
+
+def cast(t, dtype):
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 class LayerWeights(NamedTuple):
     """One decoder layer's weights in CODA layout (coda.layout), in the model's compute dtype."""
     gamma_in: torch.Tensor   # [d] input (attention) RMSNorm
