@@ -13,35 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import CONFIGS, EPS, hf_rms_norm, rotate_half, timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-import coda  # noqa: E402
-
-CONFIGS = {  # d, F, hq, hkv, hd
-    "llama3-1b": (2048, 8192, 32, 8, 64),
-    "llama3-8b": (4096, 14336, 32, 8, 128),
-    "llama3-70b": (8192, 28672, 64, 8, 128),
-}
-EPS = 1e-5
-
-
-def hf_rms_norm(x, w):
-    """transformers' LlamaRMSNorm."""
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)
-    return w * h.to(x.dtype)
-
-
-def rotate_half(x):
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
+import coda
 
 def torch_block(y0, x0, w, cos, sin, cfg, norm=hf_rms_norm, silu_mul=None, rope=None):
     """HF LlamaDecoderLayer's math from the attention output to the next layer's rotated q, k and v."""
@@ -101,20 +79,6 @@ def coda_runner(cfg, w, pos, inv):
     def fwd(y0, x0):
         return coda.ops.block(y0, x0, w["o"], w["g1"], w_gu, w["down"], w["g2"], w_qkv, pos, inv, hq, hkv, hd, EPS)
     return fwd, params
-
-
-def timed(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def bench_impl(name, fwd, inputs, params, reps):

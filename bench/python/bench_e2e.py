@@ -19,13 +19,12 @@ import copy
 import gc
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+import common  # noqa: F401  (puts the checkout's python/ on the path)
 import coda  # noqa: E402
 
 SHAPES = {

@@ -9,23 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import EPS, hf_rms_norm, timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-import coda  # noqa: E402
-
-EPS = 1e-5
-
-
-def hf_rms_norm(x, w):
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)
-    return w * h.to(x.dtype)
+import coda
 
 
 def torch_head(x, g, w, t):
@@ -48,20 +38,6 @@ def impls():
     except ImportError as e:
         print(f"liger not available: {e}")
     return out
-
-
-def timed(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
 
 
 def main():

@@ -13,35 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import CONFIGS, EPS, hf_rms_norm, rotate_half, timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-import coda  # noqa: E402
-
-CONFIGS = {  # d, F, hq, hkv, hd
-    "llama3-1b": (2048, 8192, 32, 8, 64),
-    "llama3-8b": (4096, 14336, 32, 8, 128),
-    "llama3-70b": (8192, 28672, 64, 8, 128),
-    "tiny": (64, 128, 2, 1, 64),
-}
-EPS = 1e-5
-
-
-def hf_rms_norm(x, w):
-    h = x.float()
-    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype)
-
-
-def rotate_half(x):
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
+import coda
 
 def liger():
     try:
@@ -137,25 +115,6 @@ def ce_case(cfg, M, dev, dt, g, V=128256):
 CASES = {"qkv_rope": qkv_case, "swiglu_mlp": mlp_case, "cross_entropy": ce_case}
 
 
-def timed(fn, reps, dev, warmup=5):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        if dev == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            ts.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(ts)
-
-
 def measure(fn, reps, dev):
     outs = fn()
     grads = [torch.randn_like(o) for o in outs]
@@ -167,7 +126,7 @@ def measure(fn, reps, dev):
     def fwd():
         o = fn()
         del o
-    t_f, t_fb = timed(fwd, reps, dev), timed(fb, reps, dev)
+    t_f, t_fb = timed(fwd, reps, 5, dev), timed(fb, reps, 5, dev)
     return dict(forward_ms=t_f, fwd_bwd_ms=t_fb, backward_ms=t_fb - t_f)
 
 

@@ -114,7 +114,7 @@ def _(dz, w, x, gamma, rstd, zdz, dx_in, alpha):
     return dx, torch.empty_like(dx), _stat((x.shape[1],), x)
 
 
-def _norm_linear_bwd(ctx, dz, zdz, x, gamma, w, rstd, dx_in=None):
+def _norm_linear_bwd(dz, zdz, x, gamma, w, rstd, dx_in=None):
     """B2 then dW = dz^T a: the gradients of y = rmsnorm(x; gamma) w^T given dz (and zdz for it)."""
     dx, a, dgamma = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, 1.0)
     dw = dz.t() @ a
@@ -139,7 +139,7 @@ def _f2_ctx(ctx, inputs, output):
 def _f2_bwd(ctx, dy):
     x, gamma, w, rstd, y = ctx.saved_tensors
     dy = dy.contiguous()
-    dx, dgamma, dw = _norm_linear_bwd(ctx, dy, _rowdot(y, dy, x.shape[1]), x, gamma, w, rstd)
+    dx, dgamma, dw = _norm_linear_bwd(dy, _rowdot(y, dy, x.shape[1]), x, gamma, w, rstd)
     return dx, dgamma, dw, None, None
 
 
@@ -179,7 +179,7 @@ def _f4_ctx(ctx, inputs, output):
 def _f4_bwd(ctx, dqkv):
     x, gamma, w_qkv, rstd, positions, inv_freq, qkv = ctx.saved_tensors
     dz, zdz = rope_bwd_zdz(qkv, dqkv.contiguous(), positions, inv_freq, *ctx.heads, x.shape[1])
-    dx, dgamma, dw = _norm_linear_bwd(ctx, dz, zdz, x, gamma, w_qkv, rstd)
+    dx, dgamma, dw = _norm_linear_bwd(dz, zdz, x, gamma, w_qkv, rstd)
     return dx, dgamma, dw, None, None, None, None, None, None, None
 
 
@@ -226,7 +226,7 @@ def _mlp_bwd(ctx, dx_out, dh, drstd, dz_unused):
     dx_out = dx_out.contiguous()
     dz, y, zdz = linear_swiglu_bwd_zdz(dx_out, w_down, z)
     dw_down = dx_out.t() @ y
-    dx, dgamma, dw_gu = _norm_linear_bwd(ctx, dz, zdz, x, gamma, w_gu, rstd, dx_in=dx_out)
+    dx, dgamma, dw_gu = _norm_linear_bwd(dz, zdz, x, gamma, w_gu, rstd, dx_in=dx_out)
     return dx, dgamma, dw_gu, dw_down, None, None, None, None
 
 
