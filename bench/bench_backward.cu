@@ -97,6 +97,7 @@ using coda_bench::Model;
 using coda_bench::now_utc;
 using coda_bench::num_or_null;
 using coda_bench::split;
+using coda_bench::SweepPoint;
 using coda_bench::Timer;
 using coda_bench::Timing;
 using coda_bench::vec1d;
@@ -122,6 +123,7 @@ struct Options : coda_bench::CommonOptions {
   std::vector<int64_t> tokens{16384};
   bool tokens_given = false;  // lm_head runs at kLmHeadTokens unless --tokens is given
   std::set<std::string> ops{"b2", "b3", "lm_head"};
+  bool sweep = false;  // b2/b3: also time the compiled config x raster/swizzle knobs (CODA_OP_CONFIG pins)
 };
 
 void usage() {
@@ -132,6 +134,7 @@ void usage() {
       "  --tokens 16384[,...]    token counts M (default 16384 for b2/b3, 8192 for lm_head)\n"
       "  --ops b2,b3,lm_head     b2 linear_residual_rmsnorm_bwd (qkv, gate_up, lm_head), b3 linear_swiglu_bwd_zdz\n"
       "                          (down), lm_head linear_cross_entropy vs materialized logits (forward memory)\n"
+      "  --sweep                 b2, b3: also time the config x raster/swizzle knobs (CODA_OP_CONFIG pins)\n"
       "  --reps N (>=20 per PROTOCOL.md, default 20)  --warmup N (default 3)  --no-flush\n"
       "  --out FILE.jsonl [--append]  --commit SHA  --device N  --list (print the shapes and exit)\n");
 }
@@ -153,6 +156,8 @@ Options parse(int argc, char** argv) {
     std::string const a = argv[i];
     if (a == "--quick") {
       o.models = {"1B"};
+    } else if (a == "--sweep") {
+      o.sweep = true;
     } else if (a == "--models") {
       o.models = set_of(need(i));
     } else if (a == "--tokens") {
@@ -492,6 +497,15 @@ void emit(Run const& r, Shape const& s, char const* pass, std::string const& var
   std::fflush(r.jsonl);
 }
 
+/// --sweep: the op's compiled bf16 configs under each raster/swizzle pin, against cuBLAS in one measurement.
+void sweep_bwd(Run& r, Shape const& s, int sets, std::vector<std::string> const& configs,
+               std::function<void(int)> const& run_cublas, std::function<void(int)> const& run_coda) {
+  if (!r.opt->sweep) return;
+  std::vector<SweepPoint> const pts = coda_bench::sweep_knobs(*r.timer, r.opt->warmup, sets,
+                                                              coda_bench::sweep_pins(configs), run_cublas, run_coda);
+  coda_bench::report_sweep(r.jsonl, "backward_sweep", s.op, s.config, s.M, s.N, s.K, pts, r.commit, r.gpu, r.date);
+}
+
 /// Reports the three timed variants (cublas, coda, unfused) of a b2/b3 shape: JSON lines, table row, summary.
 void report_bwd(Run& r, Shape const& s, std::vector<Timing> const& t, std::vector<size_t> const& peaks,
                 std::string const& unfused_form, double tune_ms, int sets, std::string const& extra) {
@@ -578,6 +592,9 @@ void bench_b2(Run& r, Shape const& s) {
   std::vector<size_t> const peaks{2 * (MK + KN) + temp.bytes, inputs + outputs + ws_bytes,
                                   inputs + outputs + temp.bytes + partials.bytes};
   report_bwd(r, s, t, peaks, "gemm+rmsnorm_bwd+colsum", tune_ms, sets, strf(",\"alpha\":%.9g", s.alpha));
+  sweep_bwd(r, s, sets,
+            {"pp_128x128x64_c2x1"},
+            run_cublas, run_coda);
 }
 
 // ---- b3: linear_swiglu_bwd_zdz -----------------------------------------------------------------------------------
@@ -624,6 +641,7 @@ void bench_b3(Run& r, Shape const& s) {
   std::vector<size_t> const peaks{2 * (Md + dF) + temp.bytes, in_bytes + outputs + ws_bytes,
                                   in_bytes + outputs + temp.bytes};
   report_bwd(r, s, t, peaks, "gemm+swiglu_bwd_zdz", tune_ms, sets, "");
+  sweep_bwd(r, s, sets, {"pp_128x128x64_c2x1"}, run_cublas, run_coda);
 }
 
 // ---- lm_head: linear_cross_entropy vs materialized logits (forward) ----------------------------------------------

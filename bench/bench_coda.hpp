@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace coda_bench {
 
@@ -132,6 +134,71 @@ struct Geo {
   }
   double mean() const { return n > 0 ? std::exp(log_sum / n) : 0.0; }
 };
+
+
+// ---- scheduler-knob sweep ----------------------------------------------------------------------------------------
+
+/// The CODA_OP_CONFIG pins of a sweep: each config x {default, raster m|n x swizzle 1|2|4|8}.
+inline std::vector<std::string> sweep_pins(std::vector<std::string> const& configs) {
+  std::vector<std::string> pins;
+  for (std::string const& c : configs) {
+    pins.push_back(c);
+    for (char const* r : {"m", "n"}) {
+      for (int sw : {1, 2, 4, 8}) pins.push_back(c + ":raster=" + r + ",swizzle=" + std::to_string(sw));
+    }
+  }
+  return pins;
+}
+
+struct SweepPoint {
+  std::string pin;
+  double ms = 0.0, cublas_ms = 0.0;
+  double ratio() const { return cublas_ms > 0.0 ? ms / cublas_ms : 0.0; }
+};
+
+/// Times `run_coda` under each pin (set through CODA_OP_CONFIG, which the fused ops read on every call),
+/// interleaved with `run_cublas` in one measurement, so every ratio shares the cuBLAS time of the same reps.
+inline std::vector<SweepPoint> sweep_knobs(Timer& timer, int warmup, int sets, std::vector<std::string> const& pins,
+                                           std::function<void(int)> const& run_cublas,
+                                           std::function<void(int)> const& run_coda) {
+  std::vector<std::function<void(int)>> launches{run_cublas};
+  for (std::string const& pin : pins) {
+    launches.push_back([&run_coda, pin](int set) {
+      setenv("CODA_OP_CONFIG", pin.c_str(), 1);
+      run_coda(set);
+    });
+  }
+  std::vector<Timing> const t = timer.measure_interleaved(warmup, sets, launches);
+  unsetenv("CODA_OP_CONFIG");
+  std::vector<SweepPoint> out;
+  for (size_t i = 0; i < pins.size(); ++i) out.push_back({pins[i], t[i + 1].median_ms, t[0].median_ms});
+  return out;
+}
+
+/// One JSON line per sweep point (suite `suite`) and a one-line summary on stdout (best pin first).
+inline void report_sweep(FILE* jsonl, char const* suite, std::string const& op, std::string const& config, int64_t M,
+                         int64_t N, int64_t K, std::vector<SweepPoint> const& pts, std::string const& commit,
+                         std::string const& gpu, std::string const& date) {
+  size_t best = 0;
+  for (size_t i = 0; i < pts.size(); ++i) {
+    if (pts[i].ratio() < pts[best].ratio()) best = i;
+    if (jsonl == nullptr) continue;
+    std::fprintf(jsonl,
+                 "{\"suite\":\"%s\",\"op\":\"%s\",\"config\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
+                 "\"pin\":\"%s\",\"ms\":%.6f,\"cublas_ms\":%.6f,\"time_vs_cublas\":%.4f,\"commit\":\"%s\","
+                 "\"gpu\":\"%s\",\"date\":\"%s\"}\n",
+                 suite, json_escape(op).c_str(), json_escape(config).c_str(), static_cast<long long>(M),
+                 static_cast<long long>(N), static_cast<long long>(K), pts[i].pin.c_str(), pts[i].ms,
+                 pts[i].cublas_ms, pts[i].ratio(), json_escape(commit).c_str(), json_escape(gpu).c_str(),
+                 date.c_str());
+  }
+  if (jsonl != nullptr) std::fflush(jsonl);
+  if (pts.empty()) return;
+  std::printf("  sweep %s %s: best %s %.3f x cuBLAS;", config.c_str(), op.c_str(), pts[best].pin.c_str(),
+              pts[best].ratio());
+  for (SweepPoint const& p : pts) std::printf(" %s=%.3f", p.pin.c_str(), p.ratio());
+  std::printf("\n");
+}
 
 }  // namespace coda_bench
 

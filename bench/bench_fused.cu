@@ -662,44 +662,11 @@ int main(int argc, char** argv) {
       std::fflush(jsonl);
     }
     if (opt.sweep) {
-      // Every compiled config of the op x knob sets, each against cuBLAS in one interleaved
-      // measurement. The pins go through CODA_OP_CONFIG, which the ops read on every call.
-      std::vector<std::string> configs{"coop_128x256x64_c2x1"};
-      configs.push_back("pp_128x128x64_c2x1");
-      std::vector<std::string> pins;
-      for (std::string const& c : configs) {
-        for (char const* k : {"", ":raster=m", ":raster=n", ":raster=m,swizzle=4", ":raster=n,swizzle=4",
-                              ":raster=m,swizzle=8", ":raster=n,swizzle=8"}) {
-          pins.push_back(c + k);
-        }
-      }
-      std::vector<std::function<void(int)>> launches{run_cublas};
-      for (std::string const& pin : pins) {
-        launches.push_back([&, pin](int set) {
-          setenv("CODA_OP_CONFIG", pin.c_str(), 1);
-          run_coda(set);
-        });
-      }
-      std::vector<Timing> const st = timer.measure_interleaved(opt.warmup, sets, launches);
-      unsetenv("CODA_OP_CONFIG");
-      std::string best;
-      double best_ratio = 1e9;
-      for (size_t i = 0; i < pins.size(); ++i) {
-        double const ratio = st[i + 1].median_ms / st[0].median_ms;
-        if (ratio < best_ratio) best_ratio = ratio, best = pins[i];
-        if (jsonl != nullptr) {
-          std::fprintf(jsonl,
-                       "{\"suite\":\"fused_sweep\",\"op\":\"%s\",\"config\":\"%s\",\"M\":%lld,\"N\":%lld,"
-                       "\"K\":%lld,\"pin\":\"%s\",\"ms\":%.6f,\"cublas_ms\":%.6f,\"time_vs_cublas\":%.4f,"
-                       "\"commit\":\"%s\",\"gpu\":\"%s\",\"date\":\"%s\"}\n",
-                       json_escape(s.op).c_str(), json_escape(s.config).c_str(), static_cast<long long>(s.M),
-                       static_cast<long long>(s.N), static_cast<long long>(s.K), pins[i].c_str(), st[i + 1].median_ms,
-                       st[0].median_ms, ratio, json_escape(commit).c_str(), json_escape(gpu).c_str(), date.c_str());
-        }
-      }
-      std::printf("  sweep %s %s: best %s %.3f x cuBLAS;", s.config.c_str(), s.op.c_str(), best.c_str(), best_ratio);
-      for (size_t i = 0; i < pins.size(); ++i) std::printf(" %s=%.3f", pins[i].c_str(), st[i + 1].median_ms / st[0].median_ms);
-      std::printf("\n");
+      // Every compiled config of the op x knob sets, each against cuBLAS in one interleaved measurement.
+      std::vector<std::string> const pins = coda_bench::sweep_pins({"coop_128x256x64_c2x1", "pp_128x128x64_c2x1"});
+      std::vector<coda_bench::SweepPoint> const pts =
+          coda_bench::sweep_knobs(timer, opt.warmup, sets, pins, run_cublas, run_coda);
+      coda_bench::report_sweep(jsonl, "fused_sweep", s.op, s.config, s.M, s.N, s.K, pts, commit, gpu, date);
     }
     std::string const key = "f" + std::to_string(s.which);
     vs_cublas[key].add(ms_coda / ms_cublas);

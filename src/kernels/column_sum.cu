@@ -3,7 +3,7 @@
 // A block covers 32 columns x 8 tile groups: thread (x, g) sums tiles g, g + 8, g + 16, ... of column x in order
 // (coalesced across x), then thread (x, 0) adds the 8 group sums in order g = 0..7. Deterministic (the order depends
 // on T only) with 8x the parallelism of one thread per column: B2's dgamma at llama3-1B (N = 2048, T = 128) took
-// 17 us with one thread per column, 6 % of the fused GEMM. scale_vector: alpha * zdz for B2's epilogue.
+// 17 us with one thread per column, 6 % of the fused GEMM.
 #include <cuda_runtime.h>
 
 #include "common/error.hpp"
@@ -37,20 +37,7 @@ __global__ void __launch_bounds__(kColumns * kGroups) column_sum_kernel(float co
   }
 }
 
-__global__ void scale_vector_kernel(float const* __restrict__ in, float alpha, int64_t n, float* __restrict__ out) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = alpha * in[i];
-  }
-}
-
 }  // namespace
-
-void scale_vector(float const* in, float alpha, int64_t n, float* out, cudaStream_t stream) {
-  if (n <= 0) return;
-  int64_t const blocks = (n + 255) / 256;
-  scale_vector_kernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(in, alpha, n, out);
-  CODA_CUDA_CHECK(cudaGetLastError());
-}
 
 void column_sum(float const* partials, int64_t tiles, int64_t ld, int64_t N, float* out, cudaStream_t stream,
                 double scale) {

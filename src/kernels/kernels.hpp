@@ -130,8 +130,6 @@ void expand_rope_inv_freq(float const* inv_freq, int32_t n_q_heads, int32_t n_kv
 /// per-N-tile row partials. partials [tiles, ld >= N] fp32, out [N] fp32.
 void column_sum(float const* partials, int64_t tiles, int64_t ld, int64_t N, float* out, cudaStream_t stream,
                 double scale = 1.0);
-/// out[i] = alpha * in[i], i < n (fp32; B2 scales zdz by alpha before its epilogue reads it).
-void scale_vector(float const* in, float alpha, int64_t n, float* out, cudaStream_t stream);
 
 // ---- F5 log-sum-exp finish (lse_finish.cu) ----------------------------------------------------------------------
 

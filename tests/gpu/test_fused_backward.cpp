@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "epilogue/column_partials.hpp"
 #include "epilogue/swiglu_bwd_pair.hpp"
 #include "gpu/fused_test_util.hpp"
 #include "gpu/gpu_util.hpp"
@@ -73,7 +74,9 @@ B2Data make_b2(B2Case const& c, uint64_t seed) {
   return d;
 }
 
-void check_b2(B2Data const& d, bool print) {
+/// Runs B2 twice on `d` and checks every output; with `partials`, also returns the workspace after the first run
+/// (the ColumnPartials node's raw dgamma partials at its start).
+void check_b2(B2Data const& d, bool print, std::vector<float>* partials = nullptr) {
   B2Case const& c = d.c;
   SCOPED_TRACE(std::string("B2 ") + coda::test::dtype_name(g_dt) + " " + c.name());
   int64_t const ld = c.N + kPad;
@@ -122,6 +125,7 @@ void check_b2(B2Data const& d, bool print) {
     EXPECT_TRUE(coda::test::padding_untouched(dxp, c.M, c.N, ld, kPoison16)) << "dx row padding was written";
     EXPECT_TRUE(coda::test::padding_untouched(ap, c.M, c.N, ld, kPoison16)) << "a row padding was written";
     std::vector<float> const dgv = ddg.download<float>(static_cast<size_t>(c.N));
+    if (rep == 0 && partials != nullptr) *partials = dws.download<float>(wsb / sizeof(float));
     if (rep == 0) {
       dx_first = dxp, a_first = ap, dg_first = dgv;
     } else {
@@ -147,6 +151,44 @@ TEST(FusedBackward, LinearResidualRmsnormBwd) {
   };
   uint64_t seed = 50;
   for (B2Case const& c : cases) check_b2(make_b2(c, seed++), c.M >= 1000);
+}
+
+// The ColumnPartials node (src/epilogue/column_partials.hpp) inside B2's GEMM: the raw per-(128-row tile, column)
+// partials of acc * c in the (poisoned) workspace against the node's host reference on the float64 acc = dz w and
+// c = x rstd; columns N..round_up(N, 128) must be written as 0. M and N are not tile multiples.
+TEST(FusedBackward, ColumnPartialsNode) {
+  CODA_REQUIRE_SM90();
+  constexpr int64_t kTile = 128;  // the compiled B2 kernel's CTA tile (pingpong 128x128)
+  for (B2Case const& c : {B2Case{300, 200, 264, 1.0, true, false}, B2Case{129, 64, 136, 0.5, false, false}}) {
+    B2Data const d = make_b2(c, 80);
+    std::vector<float> ws;
+    check_b2(d, false, &ws);
+    Matrix const acc = dgrad(d.dz, d.w);  // [M, N]
+    std::vector<double> v(static_cast<size_t>(c.M * c.N)), mag(v.size());
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < c.N; ++n) {
+        double const t = acc(m, n) * d.x(m, n) * d.rstd[static_cast<size_t>(m)];
+        v[static_cast<size_t>(m * c.N + n)] = t;
+        mag[static_cast<size_t>(m * c.N + n)] = std::fabs(t);
+      }
+    }
+    int64_t const ld = (c.N + kTile - 1) / kTile * kTile, tiles = (c.M + kTile - 1) / kTile;
+    std::vector<double> const ref = coda::epilogue::column_partials_reference(v, c.M, c.N, c.N, kTile, ld);
+    std::vector<double> const bound = coda::epilogue::column_partials_reference(mag, c.M, c.N, c.N, kTile, ld);
+    ASSERT_GE(ws.size(), static_cast<size_t>(tiles * ld));
+    int bad = 0;
+    for (int64_t i = 0; i < tiles * ld; ++i) {
+      double const got = ws[static_cast<size_t>(i)], want = ref[static_cast<size_t>(i)];
+      // fp32 accumulation of fp32 products: a few ulps of the magnitude sum (K <= 200 terms per product).
+      double const tol = 1e-5 * bound[static_cast<size_t>(i)] + 1e-30;
+      bool const pad = i % ld >= c.N;
+      if (!(std::fabs(got - want) <= tol) || (pad && got != 0.0)) {
+        if (++bad <= 5) ADD_FAILURE() << c.name() << ": partial (" << i / ld << ", " << i % ld << ") = " << got
+                                      << ", reference " << want << " (tolerance " << tol << ")";
+      }
+    }
+    EXPECT_EQ(bad, 0) << c.name();
+  }
 }
 
 TEST(FusedBackwardSanitize, LinearResidualRmsnormBwdSmall) {

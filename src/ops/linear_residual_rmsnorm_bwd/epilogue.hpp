@@ -1,18 +1,18 @@
-// B2's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory), a DAG in
-// fp32 (Sm90TopologicalVisitor, nodes in topological order; the last one is D):
+// B2's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory): a tree of
+// stock nodes and taps (src/epilogue/tap.hpp), all in fp32:
 //
-//    0 acc                      1 alpha (scalar)          2 Dv = acc * alpha
-//    3 x (aux load)             4 rstd (per row)          5 c = x * rstd
-//    6 gamma (per column)       7 c * gamma               8 aux store a = R(c * gamma)
-//    9 Dv * c                  10 dgamma column partials (row reduction over the tile's rows, no final reduce)
-//   11 zdz' (per row)          12 c * zdz'               13 Dv * gamma
-//   14 Dv * gamma - c * zdz'   15 dx_in (C)              16 dx = rstd * (14) + dx_in  -> D
+//   c  = x * rstd                                           x through the aux load, rstd per row
+//   c' = Tap<AuxStore a>(c, gamma): stores a = R(c * gamma), value c
+//   c" = Tap<ColumnPartials dgamma>(c'): column partials of acc * c over the tile's rows, value c
+//   D  = dx = fma(rstd * alpha, acc * gamma - c" * zdz, dx_in)          (B2Dx below; dx_in is C)
 //
-// coda.h B2: D = alpha acc, dx = dx_in + rstd * (D * gamma - alpha * c * zdz), a = c * gamma, dgamma = sum_m D c,
-// with c = x * rstd. zdz' = alpha * zdz is prepared by the dispatch (alpha scales zdz too: it is the row dot of the
-// dz passed in); folding alpha into the DAG as one more node made the pingpong kernel spill 32 bytes.
+// coda.h B2 with D = alpha acc: dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma, dgamma = sum_m D c, c = x
+// rstd. alpha multiplies the finished column sums (column_sum's scale), not every partial. A tree instead of
+// Sm90TopologicalVisitor: the 17-node DAG kept every node's fragment on a 1136-byte stack (tap.hpp says why).
 #pragma once
 
+#include "epilogue/column_partials.hpp"
+#include "epilogue/tap.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
 
@@ -22,9 +22,57 @@
 
 namespace coda::ops {
 
-/// kTmaX: x arrives through TMA into a smem ring (Sm90AuxLoad with the C pipeline's stages), else through
-/// predicated vector loads at the start of each subtile (stage 0, no smem: one more mainloop stage).
-template <bool kTmaX>
+namespace b2 {
+
+/// c * gamma: what the a store receives (Tap functor: acc, c, gamma).
+template <class Frag>
+struct TimesGamma {
+  CUTLASS_DEVICE Frag operator()(Frag const&, Frag const& c, Frag const& gamma) const {
+    Frag out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Frag::kElements; ++i) out[i] = c[i] * gamma[i];
+    return out;
+  }
+};
+
+/// acc * c: what the dgamma column reduction receives (Tap functor: acc, c).
+template <class Frag>
+struct AccTimes {
+  CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& c) const {
+    Frag out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Frag::kElements; ++i) out[i] = acc[i] * c[i];
+    return out;
+  }
+};
+
+struct DxArguments {
+  float alpha = 1.0f;
+};
+
+/// dx = fma(rstd * alpha, acc * gamma - c * zdz, dx_in) (Sm90Compute functor with run-time alpha; instantiated
+/// as B2Dx<float> for its Arguments and as B2Dx<Array<float, N>> to compute).
+template <class T>
+struct B2Dx {
+  using Arguments = DxArguments;
+};
+template <int N>
+struct B2Dx<cutlass::Array<float, N>> {
+  using Arguments = DxArguments;
+  using Frag = cutlass::Array<float, N>;
+  CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& c, Frag const& gamma, Frag const& rstd,
+                                 Frag const& zdz, Frag const& dx_in, Arguments const& args) const {
+    Frag out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {
+      out[i] = __fmaf_rn(rstd[i] * args.alpha, __fmaf_rn(acc[i], gamma[i], -c[i] * zdz[i]), dx_in[i]);
+    }
+    return out;
+  }
+};
+
+}  // namespace b2
+
 struct ResidualRmsnormBwdEpilogue {
   using Args = ResidualRmsnormBwdArgs;
 
@@ -41,90 +89,80 @@ struct ResidualRmsnormBwdEpilogue {
     using MatStride = cute::Stride<int64_t, cute::_1, int64_t>;
 
     using Acc = cutlass::epilogue::fusion::Sm90AccFetch;
-    using Alpha = cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>;
-    // TMA x: a smem ring filled ahead by the epilogue load warp (on the C pipeline). The stage-0 loads leave the
-    // epilogue waiting on global memory (ncu at the llama3-1B q/k/v dgrad: 70 % of stalls on the L1TEX
-    // scoreboard, 3.0x the cuBLAS time; TMA: 2.1x), but TMA's smem costs a mainloop stage, which the LM-head dgrad
-    // (K = V) pays more than it saves (1.00-1.10x stage 0 vs 1.01-1.18x TMA). The dispatch picks by K.
+    // x arrives through TMA into a smem ring filled ahead by the epilogue load warp (on the C pipeline, the
+    // builder's stages). Stage-0 vector loads instead left the epilogue waiting on global memory (ncu at the
+    // llama3-1B q/k/v dgrad: 70 % of stalls on the L1TEX scoreboard); since the program is a tap tree, TMA x is
+    // also the faster one at the LM-head dgrad (K = V), where stage 0 used to win by keeping a mainloop stage.
+    // Own C/x rings without the D smem reuse (4 subtiles ahead) measured the same (bench_backward --sweep).
     using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<
         TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC, ElementD,
         typename Traits::EpilogueSchedule>;
     using XDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpiDesc, cutlass::layout::RowMajor, ElementD>;
     static_assert(cute::is_same_v<typename XDesc::Stride, MatStride>, "x stride type");
-    using XTma = cutlass::epilogue::fusion::Sm90AuxLoad<XDesc::Stages, typename EpiDesc::EpilogueTile, ElementD,
-                                                        MatStride, typename XDesc::SmemLayoutAtom,
-                                                        typename XDesc::CopyOpS2R>;
-    using XVec = cutlass::epilogue::fusion::Sm90AuxLoad<0, typename Traits::EpilogueTile, ElementD, MatStride, void,
-                                                        void>;
-    using X = cute::conditional_t<kTmaX, XTma, XVec>;
+    using X = cutlass::epilogue::fusion::Sm90AuxLoad<XDesc::Stages, typename EpiDesc::EpilogueTile, ElementD,
+                                                     MatStride, typename XDesc::SmemLayoutAtom,
+                                                     typename XDesc::CopyOpS2R>;
     using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
     using Gamma = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, RowVec>;
-    // a leaves like D when x arrives by TMA (R2S in postreduce, TMA store), else through vector stores.
+    // a leaves like D: R2S in postreduce, then a TMA store.
     using ADesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpiDesc, cutlass::layout::RowMajor,
                                                                            ElementD>;
-    using AStoreTma = cutlass::epilogue::fusion::Sm90AuxStore<ADesc::Stages, typename EpiDesc::EpilogueTile, ElementD,
-                                                              kRound, MatStride, typename ADesc::SmemLayoutAtom,
-                                                              typename ADesc::CopyOpR2S>;
-    using AStoreVec = cutlass::epilogue::fusion::Sm90AuxStore<0, typename Traits::EpilogueTile, ElementD, kRound,
-                                                              MatStride, void, void>;
-    using AStore = cute::conditional_t<kTmaX, AStoreTma, AStoreVec>;
-    using DgammaPartials = cutlass::epilogue::fusion::Sm90RowReduction<
-        cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape, float, float, kRound, RowVec, 4, true,
-        /*FinalReduction=*/false>;
+    using AStore = cutlass::epilogue::fusion::Sm90AuxStore<ADesc::Stages, typename EpiDesc::EpilogueTile, ElementD,
+                                                           kRound, MatStride, typename ADesc::SmemLayoutAtom,
+                                                           typename ADesc::CopyOpR2S>;
+    using DgammaPartials = epilogue::Sm90ColumnPartials<
+        TileShape, cutlass::epilogue::collective::detail::sm90_is_cooperative_v<typename Traits::EpilogueSchedule>
+                       ? 8
+                       : 4>;
     using Zdz = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
     using DxIn = cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>;
 
-    using Edges = cute::tuple<cute::seq<>,         //  0 acc
-                              cute::seq<>,         //  1 alpha
-                              cute::seq<0, 1>,     //  2 Dv
-                              cute::seq<>,         //  3 x
-                              cute::seq<>,         //  4 rstd
-                              cute::seq<3, 4>,     //  5 c
-                              cute::seq<>,         //  6 gamma
-                              cute::seq<5, 6>,     //  7 c * gamma
-                              cute::seq<7>,        //  8 store a
-                              cute::seq<2, 5>,     //  9 Dv * c
-                              cute::seq<9>,        // 10 dgamma partials
-                              cute::seq<>,         // 11 zdz
-                              cute::seq<5, 11>,    // 12 c * zdz
-                              cute::seq<2, 6>,     // 13 Dv * gamma
-                              cute::seq<13, 12>,   // 14 difference
-                              cute::seq<>,         // 15 dx_in
-                              cute::seq<4, 14, 15>>;  // 16 dx
-    using Fusion = cutlass::epilogue::fusion::Sm90TopologicalVisitor<
-        float, Edges, Acc, Alpha, Op<cutlass::multiplies>, X, Rstd, Op<cutlass::multiplies>, Gamma,
-        Op<cutlass::multiplies>, AStore, Op<cutlass::multiplies>, DgammaPartials, Zdz, Op<cutlass::multiplies>,
-        Op<cutlass::multiplies>, Op<cutlass::minus>, DxIn, Op<cutlass::homogeneous_multiply_add>>;
+    template <class Node, class... Children>
+    using EVT = cutlass::epilogue::fusion::Sm90EVT<Node, Children...>;
+    using C = EVT<Op<cutlass::multiplies>, X, Rstd>;
+    using CA = EVT<epilogue::Sm90Tap<AStore, b2::TimesGamma>, C, Gamma>;
+    using CG = EVT<epilogue::Sm90Tap<DgammaPartials, b2::AccTimes>, CA>;
+    using Fusion = EVT<Op<b2::B2Dx>, Acc, CG, Gamma, Rstd, Zdz, DxIn>;
 
-    /// Arguments: a cute::tuple with one entry per node, in the order above.
+    /// Arguments: the root's children {acc, c", gamma, rstd, zdz, dx_in, node}; c" = {c', tap}; c' = {c, gamma, tap};
+    /// c = {x, rstd, node}.
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      cute::get<1>(out).scalars[0] = args.alpha;
-      auto& x = cute::get<3>(out);
-      x.ptr_aux = static_cast<ElementD const*>(args.x);
-      x.dAux = MatStride{gemm::detail::effective_ld(args.ldx, op.M, op.N, 8), cute::_1{}, 0};
-      auto& rstd = cute::get<4>(out);
-      rstd.ptr_col = args.rstd;
-      rstd.dCol = {cute::_1{}, cute::_0{}, op.M};
-      auto& gamma = cute::get<6>(out);
-      gamma.ptr_row = static_cast<ElementD const*>(args.gamma);
-      gamma.dRow = {cute::_0{}, cute::_1{}, op.N};
-      auto& a = cute::get<8>(out);
-      a.ptr_aux = static_cast<ElementD*>(args.a);
-      a.dAux = MatStride{gemm::detail::effective_ld(args.lda, op.M, op.N, 8), cute::_1{}, 0};
-      auto& dgamma = cute::get<10>(out);
-      dgamma.ptr_row = args.dgamma_partials;
-      dgamma.reduction_identity = 0.0f;
-      dgamma.dRow = {cute::_0{}, cute::_1{}, 0};
-      auto& zdz = cute::get<11>(out);
+      auto& cg = cute::get<1>(out);
+      auto& ca = cg.op_0;
+      auto& c = ca.op_0;
+      c.op_0.ptr_aux = static_cast<ElementD const*>(args.x);
+      c.op_0.dAux = MatStride{gemm::detail::effective_ld(args.ldx, op.M, op.N, 8), cute::_1{}, 0};
+      set_rstd(c.op_1, args, op);
+      set_gamma(ca.op_1, args, op);
+      ca.op_2.ptr_aux = static_cast<ElementD*>(args.a);
+      ca.op_2.dAux = MatStride{gemm::detail::effective_ld(args.lda, op.M, op.N, 8), cute::_1{}, 0};
+      cg.op_1.ptr = args.dgamma_partials;
+      cg.op_1.ld = (op.N + cute::size<1>(TileShape{}) - 1) / cute::size<1>(TileShape{}) * cute::size<1>(TileShape{});
+      set_gamma(cute::get<2>(out), args, op);
+      set_rstd(cute::get<3>(out), args, op);
+      auto& zdz = cute::get<4>(out);
       zdz.ptr_col = args.zdz;
       zdz.dCol = {cute::_1{}, cute::_0{}, op.M};
+      cute::get<6>(out).alpha = args.alpha;
+    }
+
+   private:
+    template <class RstdArguments>
+    static void set_rstd(RstdArguments& r, Args const& args, gemm::Operands const& op) {
+      r.ptr_col = args.rstd;
+      r.dCol = {cute::_1{}, cute::_0{}, op.M};
+    }
+    template <class GammaArguments>
+    static void set_gamma(GammaArguments& g, Args const& args, gemm::Operands const& op) {
+      g.ptr_row = static_cast<ElementD const*>(args.gamma);
+      g.dRow = {cute::_0{}, cute::_1{}, op.N};
     }
   };
 };
 
-template <class Config, class Element = cutlass::bfloat16_t, bool kTmaX = true>
-using ResidualRmsnormBwdKernel = gemm::FusedLinear<Config, ResidualRmsnormBwdEpilogue<kTmaX>, Element, Element,
+template <class Config, class Element = cutlass::bfloat16_t>
+using ResidualRmsnormBwdKernel = gemm::FusedLinear<Config, ResidualRmsnormBwdEpilogue, Element, Element,
                                                    cutlass::layout::RowMajor, cutlass::layout::RowMajor>;
 
 }  // namespace coda::ops

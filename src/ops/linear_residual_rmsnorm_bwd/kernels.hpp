@@ -14,23 +14,21 @@ namespace coda::ops {
 /// Run-time arguments of the B2 epilogue (besides Operands: A = dz [M,N'] K-major, B = w [N',N] N-major,
 /// C = dx_in [M,N], D = dx [M,N]; C and D may be the same matrix for the in-place accumulation).
 struct ResidualRmsnormBwdArgs {
-  float alpha = 1.0f;              ///< scales the GEMM result (e.g. upstream gradient / token count for the LM head)
+  float alpha = 1.0f;              ///< scales the GEMM result (e.g. upstream gradient / token count for the LM head); the
+                                   ///< epilogue applies it to dx, the dispatch to the finished dgamma sums
   void const* x = nullptr;         ///< [M,N] bf16|fp16 (the GEMM's dtype) saved residual stream, row stride ldx (8-element aligned)
   int64_t ldx = 0;
   void const* gamma = nullptr;     ///< [N] bf16
   float const* rstd = nullptr;     ///< [M] fp32
-  float const* zdz = nullptr;      ///< [M] fp32 alpha * (row dot from the next layer, MATH.md rewrite 2)
+  float const* zdz = nullptr;      ///< [M] fp32 row dot from the next layer (MATH.md rewrite 2), not scaled by alpha
   void* a = nullptr;               ///< [M,N] bf16 out: recomputed normalized input c * gamma, row stride lda
   int64_t lda = 0;
-  float* dgamma_partials = nullptr;  ///< [ceil(M/CTA_M), round_up(N,CTA_N)] fp32 column partials of D * c
+  float* dgamma_partials = nullptr;  ///< [ceil(M/CTA_M), round_up(N,CTA_N)] fp32 column partials of acc * c
 };
 
 namespace residual_rmsnorm_bwd_kernels {
-/// x through TMA (the default).
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
-/// x through stage-0 vector loads (one more mainloop stage): the very long K of the LM-head dgrad.
-gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1_xvec();
 }  // namespace residual_rmsnorm_bwd_kernels
 
 /// B2 on bf16|fp16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N], x [M,N], gamma [N], rstd and

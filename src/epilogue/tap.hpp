@@ -1,0 +1,75 @@
+// Tap: a custom sm90 EVT node that feeds a side output (a stock store or reduction node, `Inner`) with
+// Fn(acc, inputs...) and returns its first input unchanged, so one value can flow on to further consumers while a
+// function of it (and of the accumulator) leaves through another node:
+//
+//   Sm90EVT<Sm90Tap<Sm90AuxStore<...>, Times>, C, Gamma>          stores R(c * gamma), returns c
+//   Sm90EVT<Sm90Tap<Sm90RowReduction<...>, AccTimes>, C>          reduces acc * c over the tile's rows, returns c
+//
+// Why: a value shared by several consumers otherwise needs Sm90TopologicalVisitor, which keeps one fragment per DAG
+// node in a tuple that nvcc places on the stack (B2's 17-node DAG: a 1136-byte frame, every node's fragment stored
+// to and reloaded from local memory each subtile; ncu at the llama3-1B q/k/v dgrad: 59 % of warp stalls on L1TEX,
+// 1.7x the cuBLAS time). A tree of taps passes only direct children's fragments and lets the inner node keep its
+// own state; unlike Sm90SplitTreeVisitor, every node of the tree still sees the real accumulator.
+//
+// Fn is a default-constructible functor template instantiated as Fn<cutlass::Array<float, N>> and called as
+// fn(acc, first, rest...) on fp32 fragments (acc converted to fp32, the inputs as their children return them); its
+// result goes to Inner's visit. Inner keeps its Arguments, Params, SharedStorage and every other callback
+// (begin, reduce, postreduce, tma_store, end, ...); only visit is replaced.
+//
+// Host reference of the node's semantics: tap_reference() below.
+#pragma once
+
+#include <utility>
+
+#if defined(__CUDACC__)
+#include <cutlass/array.h>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/numeric_conversion.h>
+#endif
+
+namespace coda::epilogue {
+
+/// Host reference: the side output receives fn(acc, first, rest...), the node's value is `first`.
+template <class T, class Fn, class... Rest>
+T tap_reference(T acc, T first, Fn fn, T* side, Rest... rest) {
+  *side = fn(acc, first, rest...);
+  return first;
+}
+
+#if defined(__CUDACC__)
+
+template <class Inner, template <class> class Fn>
+struct Sm90Tap : Inner {
+  using Inner::Inner;
+
+  template <class InnerCallbacks>
+  struct ConsumerStoreCallbacks : InnerCallbacks {
+    CUTLASS_DEVICE explicit ConsumerStoreCallbacks(InnerCallbacks&& inner)
+        : InnerCallbacks(std::forward<InnerCallbacks>(inner)) {}
+
+    template <class ElementAccumulator, class ElementFirst, class... ElementRest, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<ElementFirst, FragmentSize> visit(
+        cutlass::Array<ElementAccumulator, FragmentSize> const& frg_acc, int epi_v, int epi_m, int epi_n,
+        cutlass::Array<ElementFirst, FragmentSize> const& frg_first,
+        cutlass::Array<ElementRest, FragmentSize> const&... frg_rest) {
+      using Frag = cutlass::Array<float, FragmentSize>;
+      cutlass::NumericArrayConverter<float, ElementAccumulator, FragmentSize> to_float_acc;
+      cutlass::NumericArrayConverter<float, ElementFirst, FragmentSize> to_float_first;
+      Frag const side = Fn<Frag>{}(to_float_acc(frg_acc), to_float_first(frg_first),
+                                   cutlass::NumericArrayConverter<float, ElementRest, FragmentSize>{}(frg_rest)...);
+      InnerCallbacks::visit(frg_acc, epi_v, epi_m, epi_n, side);
+      return frg_first;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    auto inner = Inner::template get_consumer_store_callbacks<ReferenceSrc>(args);
+    return ConsumerStoreCallbacks<decltype(inner)>(std::move(inner));
+  }
+};
+
+#endif  // __CUDACC__
+
+}  // namespace coda::epilogue
