@@ -29,6 +29,8 @@
 #include <cutlass/array.h>
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/numeric_conversion.h>
+
+#include "epilogue/node_base.hpp"
 #endif
 
 namespace coda::epilogue {
@@ -50,7 +52,7 @@ std::vector<T> column_partials_reference(std::vector<T> const& v, int64_t M, int
 
 /// kWarps: the epilogue's warps (4 for pingpong, 8 for cooperative), one smem row each.
 template <class TileShape, int kWarps>
-struct Sm90ColumnPartials {
+struct Sm90ColumnPartials : Sm90StoreOnlyNode {
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
   static_assert(kWarps * kTileN * sizeof(float) % 128 == 0, "smem rows: a multiple of 128 bytes");
@@ -65,22 +67,9 @@ struct Sm90ColumnPartials {
   using Params = Arguments;
 
   template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     auto const N = cute::get<1>(problem_shape);
     return args.ptr != nullptr && args.ld >= (static_cast<int64_t>(N) + kTileN - 1) / kTileN * kTileN;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
   }
 
   CUTLASS_HOST_DEVICE Sm90ColumnPartials() {}
@@ -90,13 +79,6 @@ struct Sm90ColumnPartials {
   Params const* params_ptr = nullptr;
   SharedStorage* smem = nullptr;
 
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
-
-  template <class... Args>
-  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
-    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
-  }
 
   /// STensor: the strip accumulator (CPY, CPY_M, CPY_N), stride 0 along M; CTensor: the thread's fragment
   /// coordinates relative to its first element; Residue: (M, N) minus that first element's coordinate.
@@ -200,26 +182,12 @@ struct Sm90ColumnPartials {
         mCol, args.tile_shape_mnk, args.tile_coord_mnkl, args.epi_tile, args.tiled_copy, args.thread_idx);
     Tensor tCrStrip = make_tensor_like<float>(tCgCol(_, _, _, _0{}, _0{}));
 
-    // Lanes sharing a column (along M), from the copy's thread-value layout as Sm90RowReduction derives it.
-    auto mn_shape = shape(typename decltype(args.tiled_copy)::Tiler_MN{});
-    auto ref_layout_MN = [&]() {
-      if constexpr (ReferenceSrc) {
-        return right_inverse(args.tiled_copy.get_layoutS_TV()).with_shape(mn_shape);
-      } else {
-        return right_inverse(args.tiled_copy.get_layoutD_TV()).with_shape(mn_shape);
-      }
-    }();  // subtile (m, n) -> thread-value index
+    // Lanes sharing a column: those along M of the warp (one warp along N: lanes_of_warp checks it).
+    auto lanes = lanes_of_warp<ReferenceSrc>(args.tiled_copy);
+    auto lane_layout_MN = get<0>(lanes);
+    auto lane_mn = get<1>(lanes);
     constexpr int kThreads = decltype(args.tiled_copy)::TiledNumThr::value;
-    using Warps = Int<kThreads / cutlass::NumThreadsPerWarp>;
-    static_assert(Warps::value == kWarps, "kWarps must be the epilogue's warp count");
-    auto tv2lane = Layout<Shape<Int<cutlass::NumThreadsPerWarp>, Warps, _1>, Stride<_1, _0, _0>>{};
-    auto ref2lane = composition(tv2lane, ref_layout_MN);
-    auto lane_layout_MN = make_layout(filter(get<0>(ref2lane)), filter(get<1>(ref2lane)));  // (m, n) -> lane
-    auto lane_mn = idx2crd(right_inverse(lane_layout_MN)(cutlass::canonical_lane_idx()), shape(lane_layout_MN));
-    auto tv2warp = Layout<Shape<Int<cutlass::NumThreadsPerWarp>, Warps, _1>, Stride<_0, _1, _0>>{};
-    auto ref2warp = composition(tv2warp, ref_layout_MN);
-    static_assert(decltype(size(filter(get<1>(ref2warp))))::value == 1,
-                  "ColumnPartials assumes one warp along N per epilogue subtile");
+    static_assert(kThreads == kWarps * cutlass::NumThreadsPerWarp, "kWarps must be the epilogue's warp count");
 
     // Tile column of the thread's first element: absolute (N - residue) minus the tile's first column.
     int const n0 = static_cast<int>(n) * kTileN;

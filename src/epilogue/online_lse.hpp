@@ -30,6 +30,8 @@
 #include <cutlass/numeric_conversion.h>  // before the visitor header, which uses it without including it
 #include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
 
+#include "epilogue/node_base.hpp"
+
 namespace coda::epilogue {
 
 /// 2^x with the bare MUFU instruction (ex2.approx.ftz: max rel. error ~2^-22, -inf -> +0, results below 2^-126
@@ -54,7 +56,7 @@ struct OnlineLseArguments {
 /// The node. `CtaTileShapeMNK` is the kernel's CTA tile; `ElementAux_` is what the collective uses as its D element
 /// when D is void (the root of a void-D tree must name one; nothing of that type is stored).
 template <class CtaTileShapeMNK, class ElementAux_>
-struct OnlineLse {
+struct OnlineLse : Sm90StoreOnlyNode {
   using ElementAux = ElementAux_;
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
@@ -70,21 +72,8 @@ struct OnlineLse {
   using Params = Arguments;
 
   template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
     return args.ptr_max != nullptr && args.ptr_sumexp != nullptr;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;  // the partials are the caller's buffers, not CUTLASS workspace
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
   }
 
   CUTLASS_HOST_DEVICE OnlineLse() {}
@@ -92,13 +81,6 @@ struct OnlineLse {
 
   Params const* params_ptr = nullptr;
 
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
-
-  template <class... Args>
-  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
-    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
-  }
 
   /// FTensor: per-row float state (stride 0 along N); ITensor: per-row int; CTensor: the thread's fragment
   /// coordinates relative to its first element (static); Residue: (M, N) minus that first element's coordinate.
@@ -297,27 +279,13 @@ struct OnlineLse {
     Tensor tCrTarget = make_tensor_like<float>(tCgRow);
     Tensor tCrTargetCol = make_tensor_like<int>(tCgRow);
 
-    // Lanes sharing a row (the quad along N), from the copy's thread-value layout as Sm90ColReduction derives it.
-    auto mn_shape = shape(typename decltype(args.tiled_copy)::Tiler_MN{});
-    auto ref_layout_MN = [&]() {
-      if constexpr (ReferenceSrc) {
-        return right_inverse(args.tiled_copy.get_layoutS_TV()).with_shape(mn_shape);
-      } else {
-        return right_inverse(args.tiled_copy.get_layoutD_TV()).with_shape(mn_shape);
-      }
-    }();  // tile (m, n) -> thread-value index
-    using Warps = Int<decltype(args.tiled_copy)::TiledNumThr::value / cutlass::NumThreadsPerWarp>;
-    auto tv2lane = Layout<Shape<Int<cutlass::NumThreadsPerWarp>, Warps, _1>, Stride<_1, _0, _0>>{};
-    auto ref2lane = composition(tv2lane, ref_layout_MN);
-    auto lane_layout_MN = make_layout(filter(get<0>(ref2lane)), filter(get<1>(ref2lane)));  // (m, n) -> lane
-    auto lane_mn = idx2crd(right_inverse(lane_layout_MN)(cutlass::canonical_lane_idx()), shape(lane_layout_MN));
+    // Lanes sharing a row (the quad along N); one warp along N (lanes_of_warp checks it): the quad merge covers
+    // the whole row.
+    auto lanes = lanes_of_warp<ReferenceSrc>(args.tiled_copy);
+    auto lane_layout_MN = get<0>(lanes);
+    auto lane_mn = get<1>(lanes);
     // The xor butterfly in reduce() needs the lanes of a row to be consecutive (lane offsets 1, 2, ...): the quad.
     static_assert(decltype(lane_layout_MN(_0{}, _1{}))::value == 1, "lanes along N must have lane stride 1");
-    // One warp along N (cooperative and pingpong stack warps along M): the quad merge covers the whole row.
-    auto tv2warp = Layout<Shape<Int<cutlass::NumThreadsPerWarp>, Warps, _1>, Stride<_0, _1, _0>>{};
-    auto ref2warp = composition(tv2warp, ref_layout_MN);
-    static_assert(decltype(size(filter(get<1>(ref2warp))))::value == 1,
-                  "OnlineLse assumes one warp along N per epilogue subtile (no cross-warp merge)");
 
     // Absolute coordinates of the thread's first element: the relative tCcD plus this offset.
     int64_t const m_first = static_cast<int64_t>(M) - get<0>(args.residue_tCcD);

@@ -25,6 +25,8 @@
 #include <cutlass/numeric_conversion.h>
 // The visitor header uses NumericArrayConverter & co. unqualified: include it through the callbacks header.
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+
+#include "epilogue/node_base.hpp"
 #endif
 
 namespace coda::epilogue {
@@ -48,7 +50,7 @@ std::vector<T> pair_store_reference(std::vector<T> const& v, int64_t rows, int64
 /// The node. `PairFn` is a default-constructible functor `float operator()(float even, float odd) const` (device).
 /// `ElementY` is the y element (16-bit: bf16 or fp16). Arguments: y pointer and its row stride (elements).
 template <class PairFn, class ElementY>
-struct Sm90PairStore {
+struct Sm90PairStore : Sm90StoreOnlyNode {
   static_assert(cutlass::sizeof_bits<ElementY>::value == 16, "PairStore packs two 16-bit y values per shuffle");
 
   struct SharedStorage {};
@@ -59,23 +61,10 @@ struct Sm90PairStore {
   using Params = Arguments;
 
   template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     auto const n = cute::get<1>(problem_shape);
     return args.ptr_y != nullptr && n % 16 == 0 && args.ldy % 4 == 0 &&
            (reinterpret_cast<uintptr_t>(args.ptr_y) & 7u) == 0;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
   }
 
   CUTLASS_HOST_DEVICE Sm90PairStore() {}
@@ -83,13 +72,6 @@ struct Sm90PairStore {
 
   Params const* params_ptr = nullptr;
 
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
-
-  template <class... Args>
-  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
-    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
-  }
 
   template <class CoordTensor>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {

@@ -51,6 +51,8 @@
 #include <cutlass/numeric_conversion.h>
 // The visitor header uses NumericArrayConverter & co. unqualified: include it through the callbacks header.
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+
+#include "epilogue/node_base.hpp"
 #endif
 
 namespace coda::epilogue {
@@ -76,7 +78,7 @@ inline SwigluBwdPairValue swiglu_bwd_pair_reference(double dy, double g, double 
 /// The node. `CtaTileShapeMNK` is the kernel's CTA tile; `ElementZ` the 16-bit element of z, dz (and y);
 /// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup).
 template <class CtaTileShapeMNK, class ElementZ, int kThreads = 128>
-struct Sm90SwigluBwdPair {
+struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
   static_assert(cutlass::sizeof_bits<ElementZ>::value == 16, "z pairs are read and written as 32-bit words");
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
@@ -118,15 +120,6 @@ struct Sm90SwigluBwdPair {
            args.ldz % 4 == 0 && args.lddz % 4 == 0 && (reinterpret_cast<uintptr_t>(args.ptr_z) & 7u) == 0 &&
            (reinterpret_cast<uintptr_t>(args.ptr_dz) & 7u) == 0;
   }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;  // the partials are the caller's buffer, not CUTLASS workspace
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
 
   CUTLASS_HOST_DEVICE Sm90SwigluBwdPair() {}
   CUTLASS_HOST_DEVICE Sm90SwigluBwdPair(Params const& params, SharedStorage const& shared)
@@ -135,13 +128,6 @@ struct Sm90SwigluBwdPair {
   Params const* params_ptr = nullptr;
   uint64_t* smem_z = nullptr;
 
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
-
-  template <class... Args>
-  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
-    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
-  }
 
   /// CoordTensor: absolute (m, n, l) of every fragment element, per (epi_m, epi_n).
   template <class CoordTensor>

@@ -1,0 +1,73 @@
+// What CODA's custom sm90 EVT nodes share (CUTLASS-heavy; include only from epilogue node headers):
+//
+// * Sm90StoreOnlyNode: the base of a node that loads nothing through the producer warp, reads no C and uses no
+//   CUTLASS workspace (its outputs are the caller's buffers): the workspace and producer-load members every node
+//   must have, as no-ops, and Params = Arguments. A node derives from it and defines Arguments, Params,
+//   SharedStorage, can_implement, its constructors and get_consumer_store_callbacks (and to_underlying_arguments
+//   when its Params differ).
+// * lanes_of_warp(): for a consumer-store callback's tiled copy, the (m, n) -> lane layout of one epilogue subtile
+//   and this lane's (m, n) in it (how Sm90RowReduction / Sm90ColReduction find the lanes sharing a row or a column),
+//   with the check that every warp covers the subtile's full width (warps stacked along M, as in the sm90
+//   pingpong and cooperative kernels): then merging the lanes along N covers a whole row, and the lanes along M
+//   of one warp hold one column's share of that warp.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_conversion.h>  // before the visitor header, which uses it without including it
+#include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
+
+#include <cstddef>
+
+namespace coda::epilogue {
+
+struct Sm90StoreOnlyNode {
+  /// Params = Arguments (a node with derived Params defines its own).
+  template <class ProblemShape, class Arguments>
+  static constexpr Arguments to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape, class Arguments>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape, class Arguments>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
+    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
+  }
+};
+
+/// {lane_layout_MN, lane_mn}: the subtile's (m, n) -> lane layout and this lane's coordinate in it.
+template <bool ReferenceSrc, class TiledCopy>
+CUTLASS_DEVICE auto lanes_of_warp(TiledCopy const& tiled_copy) {
+  using namespace cute;
+  auto mn_shape = shape(typename TiledCopy::Tiler_MN{});
+  auto ref_layout_MN = [&]() {
+    if constexpr (ReferenceSrc) {
+      return right_inverse(tiled_copy.get_layoutS_TV()).with_shape(mn_shape);
+    } else {
+      return right_inverse(tiled_copy.get_layoutD_TV()).with_shape(mn_shape);
+    }
+  }();  // subtile (m, n) -> thread-value index
+  using Warps = Int<TiledCopy::TiledNumThr::value / cutlass::NumThreadsPerWarp>;
+  auto tv2lane = Layout<Shape<Int<cutlass::NumThreadsPerWarp>, Warps, _1>, Stride<_1, _0, _0>>{};
+  auto ref2lane = composition(tv2lane, ref_layout_MN);
+  auto lane_layout_MN = make_layout(filter(get<0>(ref2lane)), filter(get<1>(ref2lane)));  // (m, n) -> lane
+  auto lane_mn = idx2crd(right_inverse(lane_layout_MN)(cutlass::canonical_lane_idx()), shape(lane_layout_MN));
+  auto tv2warp = Layout<Shape<Int<cutlass::NumThreadsPerWarp>, Warps, _1>, Stride<_0, _1, _0>>{};
+  auto ref2warp = composition(tv2warp, ref_layout_MN);
+  static_assert(decltype(size(filter(get<1>(ref2warp))))::value == 1,
+                "one warp along N per epilogue subtile (warps stacked along M) is assumed");
+  return make_tuple(lane_layout_MN, lane_mn);
+}
+
+}  // namespace coda::epilogue
