@@ -3,13 +3,13 @@
 // function of it (and of the accumulator) leaves through another node:
 //
 //   Sm90EVT<Sm90Tap<Sm90AuxStore<...>, Times>, C, Gamma>          stores R(c * gamma), returns c
-//   Sm90EVT<Sm90Tap<Sm90RowReduction<...>, AccTimes>, C>          reduces acc * c over the tile's rows, returns c
+//   Sm90EVT<Sm90Tap<Sm90ColumnPartials<...>, AccTimes>, C>        column sums of acc * c over the tile's rows, returns c
 //
-// Why: a value shared by several consumers otherwise needs Sm90TopologicalVisitor, which keeps one fragment per DAG
-// node in a tuple that nvcc places on the stack (B2's 17-node DAG: a 1136-byte frame, every node's fragment stored
-// to and reloaded from local memory each subtile; ncu at the llama3-1B q/k/v dgrad: 59 % of warp stalls on L1TEX,
-// 1.7x the cuBLAS time). A tree of taps passes only direct children's fragments and lets the inner node keep its
-// own state; unlike Sm90SplitTreeVisitor, every node of the tree still sees the real accumulator.
+// Why: a value shared by several consumers otherwise needs Sm90TopologicalVisitor, which converts every node's
+// output to one compute type and keeps a fragment per DAG node; a tree of taps passes only direct children's
+// fragments and lets the inner node keep its own state. Unlike Sm90SplitTreeVisitor (whose output and aux trees
+// receive the input tree's value as their "accumulator"), every node of the tree still sees the real accumulator.
+// (B2's stack frame was not the DAG's: the stock Sm90RowReduction caused it, as a tree too; column_partials.hpp.)
 //
 // Fn is a default-constructible functor template instantiated as Fn<cutlass::Array<float, N>> and called as
 // fn(acc, first, rest...) on fp32 fragments (acc converted to fp32, the inputs as their children return them); its

@@ -7,8 +7,9 @@
 //   D  = dx = fma(rstd * alpha, acc * gamma - c" * zdz, dx_in)          (B2Dx below; dx_in is C)
 //
 // coda.h B2 with D = alpha acc: dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma, dgamma = sum_m D c, c = x
-// rstd. alpha multiplies the finished column sums (column_sum's scale), not every partial. A tree instead of
-// Sm90TopologicalVisitor: the 17-node DAG kept every node's fragment on a 1136-byte stack (tap.hpp says why).
+// rstd. alpha multiplies the finished column sums (column_sum's scale), not every partial. The previous program
+// (a 17-node Sm90TopologicalVisitor with a stock Sm90RowReduction for dgamma) compiled to a 1136-byte stack frame;
+// the RowReduction was the cause (0 bytes without it, 1216 with it in this tree), hence Sm90ColumnPartials.
 #pragma once
 
 #include "epilogue/column_partials.hpp"
