@@ -301,7 +301,7 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
  * \param dx_out [M,N]; may alias dx_in exactly (in-place accumulation), must not alias x or a_out.
  * \param a_out [M,N] same dtype. \param dgamma_out [N] fp32.
  * Kernels: bf16 and fp16. Without dx_in, dx_out is zero-filled first and read back as C.
- * Workspace: coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes (dgamma column partials, alpha * zdz).
+ * Workspace: coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes (the dgamma column partials).
  */
 CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, const coda_tensor* w,
                                                       const coda_tensor* x, const coda_tensor* gamma,

@@ -95,8 +95,8 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
 }
 
 CODA_API size_t coda_linear_residual_rmsnorm_bwd_workspace_size(int64_t M, int64_t N) {
-  // Column partials (an upper bound over the CTA tiles), then alpha * zdz [M].
-  return M <= 0 ? 0 : col_partials_bytes(M, N) + api::round_up_256(static_cast<size_t>(M) * sizeof(float));
+  // Column partials (an upper bound over the CTA tiles); alpha is applied in the epilogue and the finishing sum.
+  return M <= 0 ? 0 : col_partials_bytes(M, N);
 }
 
 CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, const coda_tensor* w,
