@@ -8,8 +8,9 @@ ratio measured in the same run, the winning config, then the geometric mean and 
 Per-config variants ("coda:<config>") are summarised as the best config per shape.
 For the fused suite: one row per op and shape with the cuBLAS GEMM of the same M, N, K, CODA's fused op and the
 unfused pipeline (times in ms, ratios within the run), then geometric means over the issue's set (each fused op at
-its own GEMM: F1 out/down, F3 gate/up, F4 qkv, F5 LM head). The fused_sweep suite (bench_fused --sweep) is
-summarised as the best pinned config x knobs per shape next to the default's ratio.
+its own GEMM: F1 out/down, F3 gate/up, F4 qkv, F5 LM head). The fused_sweep and backward_sweep suites
+(bench_fused / bench_backward --sweep) are summarised as the best pinned config x knobs per shape next to the
+defaults' ratios.
 """
 import argparse
 import json
@@ -186,21 +187,21 @@ def lm_head_table(rows):
     return out
 
 
-def sweep_table(rows):
+def sweep_table(rows, suite, defaults):
+    """Best pin per shape of a sweep suite (fused_sweep, backward_sweep) next to the given pins' ratios."""
     shapes = OrderedDict()
     for r in rows:
-        if r.get("suite") != "fused_sweep":
+        if r.get("suite") != suite:
             continue
         shapes.setdefault((r["config"], r["op"], r["M"], r["N"], r["K"]), []).append(r)
-    out = ["| config | op | M | N | K | best pin | best CODA/cuBLAS | coop default | pp default |",
-           "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    out = ["| config | op | M | N | K | best pin | best CODA/cuBLAS | %s |" % " | ".join(d for d in defaults),
+           "|---|---|---:|---:|---:|---|---:|%s" % ("---:|" * len(defaults))]
     for key, rs in shapes.items():
         best = min(rs, key=lambda r: r["time_vs_cublas"])
         by = {r["pin"]: r["time_vs_cublas"] for r in rs}
-        out.append("| %s | %s | %d | %d | %d | %s | %.3f | %s | %s |" % (
+        out.append("| %s | %s | %d | %d | %d | %s | %.3f | %s |" % (
             key + (best["pin"], best["time_vs_cublas"],
-                   "%.3f" % by["coop_128x256x64_c2x1"] if "coop_128x256x64_c2x1" in by else "-",
-                   "%.3f" % by["pp_128x128x64_c2x1"] if "pp_128x128x64_c2x1" in by else "-")))
+                   " | ".join("%.3f" % by[d] if d in by else "-" for d in defaults))))
     return out
 
 
@@ -260,9 +261,17 @@ def main():
         lines.append("")
         lines.extend(table)
         lines.append("")
-    table = sweep_table(rows)
+    table = sweep_table(rows, "fused_sweep", ["coop_128x256x64_c2x1", "pp_128x128x64_c2x1"])
     if len(table) > 2:
         lines.append("## Config x knob sweep (suite fused_sweep)")
+        lines.append("")
+        lines.extend(table)
+        lines.append("")
+    table = sweep_table(rows, "backward_sweep", ["pp_128x128x64_c2x1:raster=n,swizzle=8",
+                                                 "pp_128x128x64_c2x1:raster=n,swizzle=1"])
+    if len(table) > 2:
+        lines.append("## Knob sweep of the backward ops (suite backward_sweep; CODA/cuBLAS within one sweep; the "
+                     "default since 23da9d2 is raster=n,swizzle=8)")
         lines.append("")
         lines.extend(table)
         lines.append("")
