@@ -174,13 +174,10 @@ struct Sm90ColumnPartials : Sm90StoreOnlyNode {
     auto [M, N, K, L] = args.problem_shape_mnkl;
     auto [m, n, k, l] = args.tile_coord_mnkl;
 
-    // Strip accumulator: one subtile's partition of an (M, N) layout that is stride 0 along M, so rows fold into
-    // one register per owned column.
-    Tensor mCol = make_tensor(make_gmem_ptr<float>(nullptr),
-                              make_layout(make_layout(M, _0{}), make_layout(N), make_layout(L, _0{})));
-    Tensor tCgCol = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
-        mCol, args.tile_shape_mnk, args.tile_coord_mnkl, args.epi_tile, args.tiled_copy, args.thread_idx);
-    Tensor tCrStrip = make_tensor_like<float>(tCgCol(_, _, _, _0{}, _0{}));
+    // Strip accumulator: one subtile of a per-column partition (stride 0 along M), so rows fold into one register
+    // per owned column.
+    Tensor tCrStrip =
+        make_tensor_like<float>(line_partition<ReferenceSrc, /*kPerRow=*/false>(args)(_, _, _, _0{}, _0{}));
 
     // Lanes sharing a column: those along M of the warp (one warp along N: lanes_of_warp checks it).
     auto lanes = lanes_of_warp<ReferenceSrc>(args.tiled_copy);

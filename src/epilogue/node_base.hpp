@@ -5,6 +5,9 @@
 //   must have, as no-ops, and Params = Arguments. A node derives from it and defines Arguments, Params,
 //   SharedStorage, can_implement, its constructors and get_consumer_store_callbacks (and to_underlying_arguments
 //   when its Params differ).
+// * line_partition(): the thread's partition of an (M, N, L) layout that is stride 0 along N (kPerRow) or along M,
+//   as Sm90ColReduction / Sm90RowReduction build their register state: make_tensor_like<float> of it (or of one
+//   subtile of it) keeps one register per row / column the thread owns.
 // * lanes_of_warp(): for a consumer-store callback's tiled copy, the (m, n) -> lane layout of one epilogue subtile
 //   and this lane's (m, n) in it (how Sm90RowReduction / Sm90ColReduction find the lanes sharing a row or a column),
 //   with the check that every warp covers the subtile's full width (warps stacked along M, as in the sm90
@@ -45,6 +48,25 @@ struct Sm90StoreOnlyNode {
     return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
   }
 };
+
+/// (CPY, CPY_M, CPY_N, EPI_M, EPI_N) partition of a per-row (kPerRow: stride 0 along N) or per-column (stride 0
+/// along M) fp32 layout over the problem; only its layout is used (the pointer is null).
+template <bool ReferenceSrc, bool kPerRow, class Args>
+CUTLASS_DEVICE auto line_partition(Args const& args) {
+  using namespace cute;
+  auto const M = get<0>(args.problem_shape_mnkl), N = get<1>(args.problem_shape_mnkl);
+  auto const L = get<3>(args.problem_shape_mnkl);
+  auto const partition = [&args](auto const& layout) {
+    return cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
+        make_tensor(make_gmem_ptr<float>(nullptr), layout), args.tile_shape_mnk, args.tile_coord_mnkl,
+        args.epi_tile, args.tiled_copy, args.thread_idx);
+  };
+  if constexpr (kPerRow) {
+    return partition(make_layout(make_layout(M), make_layout(N, _0{}), make_layout(L, _0{})));
+  } else {
+    return partition(make_layout(make_layout(M, _0{}), make_layout(N), make_layout(L, _0{})));
+  }
+}
 
 /// {lane_layout_MN, lane_mn}: the subtile's (m, n) -> lane layout and this lane's coordinate in it.
 template <bool ReferenceSrc, class TiledCopy>

@@ -267,12 +267,8 @@ struct OnlineLse : Sm90StoreOnlyNode {
     auto [M, N, K, L] = args.problem_shape_mnkl;
     auto [m, n, k, l] = args.tile_coord_mnkl;
 
-    // Register state: partition an (M, N, L) layout that is stride 0 along N, like Sm90ColReduction's tCrCol, so
-    // make_tensor_like keeps one register per owned row.
-    Tensor mRow = make_tensor(make_gmem_ptr<float>(nullptr),
-                              make_layout(make_layout(M), make_layout(N, _0{}), make_layout(L, _0{})));
-    Tensor tCgRow = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
-        mRow, args.tile_shape_mnk, args.tile_coord_mnkl, args.epi_tile, args.tiled_copy, args.thread_idx);
+    // Register state: one register per owned row (line_partition is stride 0 along N).
+    Tensor tCgRow = line_partition<ReferenceSrc, /*kPerRow=*/true>(args);
     Tensor tCrMax = make_tensor_like<float>(tCgRow);
     Tensor tCrSumExp = make_tensor_like<float>(tCgRow);
     Tensor tCrSum = make_tensor_like<float>(tCgRow);

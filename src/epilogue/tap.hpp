@@ -16,7 +16,8 @@
 // result goes to Inner's visit. Inner keeps its Arguments, Params, SharedStorage and every other callback
 // (begin, reduce, postreduce, tma_store, end, ...); only visit is replaced.
 //
-// Host reference of the node's semantics: tap_reference() below.
+// Checked through B2 (tests/gpu/test_fused_backward.cpp): its a output is Tap<AuxStore> and the raw dgamma partials
+// in FusedBackward.ColumnPartialsNode are Tap<ColumnPartials, acc * c>, both against float64 references.
 #pragma once
 
 #include <utility>
@@ -28,13 +29,6 @@
 #endif
 
 namespace coda::epilogue {
-
-/// Host reference: the side output receives fn(acc, first, rest...), the node's value is `first`.
-template <class T, class Fn, class... Rest>
-T tap_reference(T acc, T first, Fn fn, T* side, Rest... rest) {
-  *side = fn(acc, first, rest...);
-  return first;
-}
 
 #if defined(__CUDACC__)
 

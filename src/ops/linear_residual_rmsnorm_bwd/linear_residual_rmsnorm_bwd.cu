@@ -18,8 +18,9 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
   namespace kn = residual_rmsnorm_bwd_kernels;
   auto choice = choose_kernel("coda_linear_residual_rmsnorm_bwd", fp16, kn::dgrad_bf16_pp_128x128x64_c2x1(),
                               kn::dgrad_fp16_pp_128x128x64_c2x1());
-  // Raster along N, swizzle 8 (bench_backward --sweep on the H200, llama3-1B/8B/70B: within 2 % of the best
-  // setting at every B2 shape; swizzle 1 lost up to 6 % at the 70B dgrads).
+  // Raster along N, swizzle 8 (bench_backward --sweep on the H200, llama3-1B/8B/70B, M = 16384: within 5 % of the
+  // best pin at every B2 shape, mostly within 2 %; swizzle 1 was up to 7 % slower (70B LM head) and at most 2 %
+  // faster (1B q/k/v); bench/results/backward_sweep_h200_b2tree.jsonl).
   if (!choice.pinned) choice.knobs = raster_n(8);
   gemm::KernelOps<ResidualRmsnormBwdArgs> const& k = *choice.ops;
   gemm::Knobs const& knobs = choice.knobs;
