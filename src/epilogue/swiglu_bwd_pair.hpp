@@ -223,34 +223,54 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
       auto const [r, c] = origin(epi_m, epi_n);
       cutlass::Array<float, FragmentSize> y;
       float part[2] = {0.0f, 0.0f};  // this subtile's row terms of rows r, r + 8
+      // dz leaves in two halves of 8 elements (column groups j = 0, 1 then 2, 3), each computed in one branch-free
+      // block and then stored: a bounds check after every pair split the block and kept the scheduler from
+      // overlapping one pair's latency chain with the next; all 16 at once spilled. Streaming stores (.cs:
+      // evict-first): dz is not read again by this kernel. F % 8 == 0, so columns n and n + 1 are both inside or
+      // both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per half.
+      bool const inside = r + 8 < params->M && c + 24 < params->F;
+      ElementZ* const dz_r = params->ptr_dz + static_cast<int64_t>(r) * params->lddz + 2 * c;
+      int64_t const dz_r8 = 8 * params->lddz;  // row r + 8
       CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < 16; k += 2) {  // k = 4j + 2h: row r + 8h, columns c + 8j, c + 8j + 1
-        uint32_t zpair[2];  // group 2j + h = k / 2
-        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(zpair[0]), "=r"(zpair[1]) : "r"(z_addr(slot, k >> 1)));
-        uint32_t dz[2];
+      for (int half = 0; half < 2; ++half) {
+        uint32_t dz[8];  // packed (dg, du) words of elements 8 half .. 8 half + 7
         CUTLASS_PRAGMA_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          float const g = value(zpair[e] & 0xffffu), u = value(zpair[e] >> 16);
-          float const d = static_cast<float>(dy[k + e]);
-          float const s = __fdividef(1.0f, 1.0f + __expf(-g));  // g -> -inf: 1/inf = 0; g -> +inf: 1
-          float const silu = g * s;
-          float const ds = d * s;
-          float const gs = fmaf(g, 1.0f - s, 1.0f);  // 1 + g (1 - s)
-          float const dg = ds * u * gs;
-          float const du = d * silu;
-          float const yv = silu * u;
-          y[k + e] = yv;
-          // g dg + u du = d y (1 + g (1 - s)) + d y = d y (gs + 1)
-          part[(k >> 1) & 1] = fmaf(d * yv, gs + 1.0f, part[(k >> 1) & 1]);
-          dz[e] = bits(to_z(dg)) | (bits(to_z(du)) << 16);
+        for (int k = 8 * half; k < 8 * half + 8; k += 2) {  // k = 4j + 2h: row r + 8h, columns c + 8j, c + 8j + 1
+          uint32_t zpair[2];  // group 2j + h = k / 2
+          asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(zpair[0]), "=r"(zpair[1]) : "r"(z_addr(slot, k >> 1)));
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            float const g = value(zpair[e] & 0xffffu), u = value(zpair[e] >> 16);
+            float const d = static_cast<float>(dy[k + e]);
+            // s = 1 / (1 + 2^(-g log2 e)) with the approximate (ftz) ex2 and rcp, what __expf and __fdividef lower
+            // to, minus their denormal handling (s and the products below are O(1) or underflow to 0 anyway).
+            // g -> -inf: rcp(inf) = 0; g -> +inf: rcp(1) = 1; NaN propagates.
+            float ex, s;
+            asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(ex) : "f"(g * -1.4426950408889634f));
+            asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(1.0f + ex));
+            // Factored so each output is one or two dependent operations on shared products (B3 is bound by the
+            // epilogue's instruction latency): with su = s u and dyy = d y,
+            //   dg = d s u (1 + g (1 - s)) = d su + dyy (1 - s),  du = d g s,  g dg + u du = dyy (2 + g (1 - s)).
+            float const su = s * u, yv = g * su, dyy = d * yv, oms = 1.0f - s;
+            float const dg = fmaf(dyy, oms, d * su);
+            float const du = d * (g * s);
+            y[k + e] = yv;
+            part[(k >> 1) & 1] = fmaf(dyy, fmaf(g, oms, 2.0f), part[(k >> 1) & 1]);
+            dz[k - 8 * half + e] = bits(to_z(dg)) | (bits(to_z(du)) << 16);
+          }
         }
-        int const m = r + 8 * ((k >> 1) & 1), n = c + 8 * (k >> 2);
-        if (m < params->M && n < params->F) {  // F % 8 == 0: columns n and n+1 are both inside or both outside
-          // Streaming store (.cs: evict-first): dz is not read again by this kernel.
-          asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(params->ptr_dz + static_cast<int64_t>(m) *
-                                                                                 params->lddz + 2 * n),
-                       "r"(dz[0]), "r"(dz[1])
-                       : "memory");
+        auto store = [&](int k) {
+          asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(dz_r + (((k >> 1) & 1) ? dz_r8 : 0) + 16 * (k >> 2)),
+                       "r"(dz[k - 8 * half]), "r"(dz[k - 8 * half + 1]));
+        };
+        if (inside) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 8 * half; k < 8 * half + 8; k += 2) store(k);
+        } else {
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 8 * half; k < 8 * half + 8; k += 2) {
+            if (r + 8 * ((k >> 1) & 1) < params->M && c + 8 * (k >> 2) < params->F) store(k);
+          }
         }
       }
       // Row sums in smem (thread-private words): registers held across subtiles made the kernel spill. Static
