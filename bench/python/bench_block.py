@@ -81,7 +81,22 @@ def coda_runner(cfg, w, pos, inv):
     return fwd, params
 
 
-def bench_impl(name, fwd, inputs, params, reps):
+def profile_impl(name, fn, reps=3, rows=14):
+    """--profile: the GPU kernels of `reps` calls of fn under torch.profiler, by total CUDA time (per call)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    events.sort(key=lambda e: -e.device_time_total)
+    total = sum(e.device_time_total for e in events) / reps / 1e3
+    print(f"--- {name}: {total:.3f} ms of kernels per call")
+    for e in events[:rows]:
+        print(f"  {e.device_time_total / reps / 1e3:8.3f} ms  x{e.count // reps:<3d} {e.key[:110]}")
+
+
+def bench_impl(name, fwd, inputs, params, reps, profile=False):
     grads_out = None
 
     def forward():
@@ -111,6 +126,9 @@ def bench_impl(name, fwd, inputs, params, reps):
     peak = (torch.cuda.max_memory_allocated() - base) / 2**30
     t_f = timed(forward_train, reps)
     t_fb = timed(fwd_bwd, reps)
+    if profile:
+        profile_impl(f"{name} forward", forward_train)
+        profile_impl(f"{name} forward+backward", fwd_bwd)
     return dict(impl=name, forward_ms=t_f, backward_ms=t_fb - t_f, fwd_bwd_ms=t_fb, peak_extra_gib=peak)
 
 
@@ -121,6 +139,7 @@ def main():
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--commit", default="unknown")
+    p.add_argument("--profile", action="store_true", help="also print each implementation's top GPU kernels")
     args = p.parse_args()
     impls = args.impls.split(",")
     lines = []
@@ -143,7 +162,7 @@ def main():
                     fwd, params = (lambda a, b: torch_block(a, b, w, cos, sin, cfg, **lf)), list(w.values())
                 else:
                     raise ValueError(impl)
-                r = bench_impl(impl, fwd, [y0, x0], params, args.reps)
+                r = bench_impl(impl, fwd, [y0, x0], params, args.reps, args.profile)
             except Exception as e:  # report, do not hide: the line says what failed
                 r = dict(impl=impl, error=f"{type(e).__name__}: {e}"[:300])
             r.update(config=name, tokens=M, commit=args.commit, gpu=torch.cuda.get_device_name())
