@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import CONFIGS, EPS, hf_rms_norm, rotate_half, timed
+from common import CONFIGS, EPS, hf_rms_norm, profile, rotate_half, timed
 
 import coda
 
@@ -81,22 +81,7 @@ def coda_runner(cfg, w, pos, inv):
     return fwd, params
 
 
-def profile_impl(name, fn, reps=3, rows=14):
-    """--profile: the GPU kernels of `reps` calls of fn under torch.profiler, by total CUDA time (per call)."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_time_total > 0]
-    events.sort(key=lambda e: -e.device_time_total)
-    total = sum(e.device_time_total for e in events) / reps / 1e3
-    print(f"--- {name}: {total:.3f} ms of kernels per call")
-    for e in events[:rows]:
-        print(f"  {e.device_time_total / reps / 1e3:8.3f} ms  x{e.count // reps:<3d} {e.key[:110]}")
-
-
-def bench_impl(name, fwd, inputs, params, reps, profile=False):
+def bench_impl(name, fwd, inputs, params, reps, with_profile=False):
     grads_out = None
 
     def forward():
@@ -126,9 +111,9 @@ def bench_impl(name, fwd, inputs, params, reps, profile=False):
     peak = (torch.cuda.max_memory_allocated() - base) / 2**30
     t_f = timed(forward_train, reps)
     t_fb = timed(fwd_bwd, reps)
-    if profile:
-        profile_impl(f"{name} forward", forward_train)
-        profile_impl(f"{name} forward+backward", fwd_bwd)
+    if with_profile:
+        profile(f"{name} forward", forward_train)
+        profile(f"{name} forward+backward", fwd_bwd)
     return dict(impl=name, forward_ms=t_f, backward_ms=t_fb - t_f, fwd_bwd_ms=t_fb, peak_extra_gib=peak)
 
 
@@ -139,7 +124,7 @@ def main():
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--commit", default="unknown")
-    p.add_argument("--profile", action="store_true", help="also print each implementation's top GPU kernels")
+    p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
     args = p.parse_args()
     impls = args.impls.split(",")
     lines = []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import EPS, hf_rms_norm, timed
+from common import EPS, hf_rms_norm, profile, timed
 
 import coda
 
@@ -48,6 +48,7 @@ def main():
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--out", type=Path)
     p.add_argument("--commit", default="unknown")
+    p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
     a = p.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     M, d, V = a.tokens, a.hidden, a.vocab
@@ -74,6 +75,10 @@ def main():
                 t_f = timed(lambda: fn(x, g, w, t), a.reps)
             t_fb = timed(step, a.reps)
             r = dict(impl=name, forward_ms=t_f, fwd_bwd_ms=t_fb, peak_extra_gib=peak, loss=losses[name])
+            if a.profile:
+                with torch.no_grad():
+                    profile(f"{name} forward (no grad)", lambda: fn(x, g, w, t))
+                profile(f"{name} forward+backward", step)
         except Exception as e:
             r = dict(impl=name, error=f"{type(e).__name__}: {e}"[:300])
         r.update(tokens=M, hidden=d, vocab=V, commit=a.commit, gpu=torch.cuda.get_device_name())

@@ -2,8 +2,10 @@
 them, the CUDA-event timer, and the import of the checkout's `coda` package."""
 from __future__ import annotations
 
+import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,3 +53,53 @@ def timed(fn, reps, warmup=3, device="cuda"):
             fn()
             ts.append(1e3 * (time.perf_counter() - t0))
     return statistics.median(ts)
+
+
+def profile(name, fn, reps=3, rows=12):
+    """--profile: where one call of fn spends its time on the GPU timeline (torch.profiler, CPU + CUDA).
+
+    Prints, for the last of `reps` calls (each ended by a synchronize): the call's wall span, the summed kernel
+    time, the GPU-idle time inside the span split into before the first kernel / between kernels / after the last,
+    the largest gaps with the kernels around them, the longest CUDA runtime calls (a blocking one shows here), and
+    the kernels by total time. The CPU-side wall time of fn() without the synchronize (the enqueue cost) comes
+    first."""
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as torch_profile
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    enqueue_ms = 1e3 * (time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(reps):
+            with record_function(f"bench_call_{i}"):
+                fn()
+                torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    call = next(e for e in events if e.get("name") == f"bench_call_{reps - 1}" and e.get("ph") == "X"
+                and e.get("cat") == "user_annotation")
+    lo, hi = call["ts"], call["ts"] + call["dur"]
+    inside = [e for e in events if e.get("ph") == "X" and lo <= e.get("ts", -1) <= hi]
+    gpu = sorted((e for e in inside if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    api = sorted((e for e in inside if e.get("cat") == "cuda_runtime" or e.get("cat") == "cuda_driver"),
+                 key=lambda e: -e["dur"])
+    busy = sum(e["dur"] for e in gpu)
+    print(f"--- {name}: enqueue (CPU, no sync) {enqueue_ms:.3f} ms; profiled call span {call['dur'] / 1e3:.3f} ms, "
+          f"kernels {busy / 1e3:.3f} ms in {len(gpu)}")
+    if gpu:
+        gaps = [(gpu[i + 1]["ts"] - (gpu[i]["ts"] + gpu[i]["dur"]), i) for i in range(len(gpu) - 1)]
+        print(f"  idle: before first kernel {(gpu[0]['ts'] - lo) / 1e3:.3f} ms, between kernels "
+              f"{sum(max(g, 0) for g, _ in gaps) / 1e3:.3f} ms, after last {(hi - gpu[-1]['ts'] - gpu[-1]['dur']) / 1e3:.3f} ms")
+        for g, i in sorted(gaps, reverse=True)[:3]:
+            print(f"  gap {g / 1e3:.3f} ms after {gpu[i]['name'][:60]} | before {gpu[i + 1]['name'][:60]}")
+    for e in api[:5]:
+        print(f"  runtime {e['dur'] / 1e3:8.3f} ms  {e['name'][:80]}")
+    by = {}
+    for e in gpu:
+        t, n = by.get(e["name"], (0, 0))
+        by[e["name"]] = (t + e["dur"], n + 1)
+    for k, (t, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:rows]:
+        print(f"  {t / 1e3:8.3f} ms  x{n:<3d} {k[:110]}")
