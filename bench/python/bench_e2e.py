@@ -96,6 +96,11 @@ def run(impl, base, ids, args, device, dtype):
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
     t = statistics.median(times)
+    if args.profile and device.type == "cuda":
+        def one_step():
+            step(ids).backward()
+            model.zero_grad(set_to_none=True)
+        common.profile(f"{impl} training step", one_step, reps=1, rows=25)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
     del model, opt, step
     gc.collect()
@@ -117,6 +122,8 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--out", type=Path)
     p.add_argument("--commit", default="unknown")
+    p.add_argument("--profile", action="store_true",
+                   help="also print where one step's time goes on the GPU timeline (after the timed steps)")
     args = p.parse_args()
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

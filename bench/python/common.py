@@ -3,6 +3,7 @@ them, the CUDA-event timer, and the import of the checkout's `coda` package."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -55,6 +56,45 @@ def timed(fn, reps, warmup=3, device="cuda"):
     return statistics.median(ts)
 
 
+def timed_pipelined(fn, reps, warmup=3):
+    """Mean milliseconds per call of `reps` back-to-back calls of fn (CUDA events around the whole loop, one
+    synchronize at the end): the CPU enqueues ahead of the GPU as in a training loop, so per-call host overhead is
+    hidden wherever the GPU work is longer. `timed` (each call synchronized) exposes it; report both."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / reps
+
+
+def short_kernel_name(name: str) -> str:
+    """A readable label for a CUTLASS kernel's mangled name: schedule, wgmma atom, cluster scheduler and the CODA
+    epilogue nodes / ops it instantiates ("plain" when none); other names are cut to 90 characters."""
+    if not name.startswith("_ZN7cutlass13device_kernel"):
+        return name[:90]
+    coda = []
+    for m in re.finditer(r"4coda", name):
+        i, ids = m.end(), []
+        for _ in range(2):  # namespace, then the name: <length><identifier>
+            n = re.match(r"\d+", name[i:])
+            if not n:
+                break
+            k = int(n.group())
+            ids.append(name[i + len(n.group()):i + len(n.group()) + k])
+            i += len(n.group()) + k
+        if len(ids) == 2 and ids[1] not in coda:
+            coda.append(ids[1])
+    sched = "pingpong" if "Pingpong" in name else "coop" if "Cooperative" in name else "?"
+    atom = re.search(r"MMA_(\d+x\d+x\d+)", name)
+    tiles = "streamk" if "StreamK" in name else "persistent"
+    return f"cutlass {sched} {atom.group(1) if atom else '?'} {tiles} [{', '.join(coda) or 'plain'}]"
+
+
 def profile(name, fn, reps=3, rows=12):
     """--profile: where one call of fn spends its time on the GPU timeline (torch.profiler, CPU + CUDA).
 
@@ -97,9 +137,14 @@ def profile(name, fn, reps=3, rows=12):
             print(f"  gap {g / 1e3:.3f} ms after {gpu[i]['name'][:60]} | before {gpu[i + 1]['name'][:60]}")
     for e in api[:5]:
         print(f"  runtime {e['dur'] / 1e3:8.3f} ms  {e['name'][:80]}")
+    print("  kernels in launch order:")
+    for i, e in enumerate(gpu[:40]):
+        print(f"  {i:3d} {e['dur'] / 1e3:8.3f} ms  {short_kernel_name(e['name'])}")
     by = {}
     for e in gpu:
-        t, n = by.get(e["name"], (0, 0))
-        by[e["name"]] = (t + e["dur"], n + 1)
+        k = short_kernel_name(e["name"])
+        t, n = by.get(k, (0, 0))
+        by[k] = (t + e["dur"], n + 1)
+    print("  by kernel:")
     for k, (t, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:rows]:
-        print(f"  {t / 1e3:8.3f} ms  x{n:<3d} {k[:110]}")
+        print(f"  {t / 1e3:8.3f} ms  x{n:<3d} {k}")
