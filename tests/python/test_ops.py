@@ -150,6 +150,42 @@ def test_cpu_block_second_backward_is_refused():
         loss.backward()
 
 
+def test_cpu_eager_fast_path_matches_custom_op():
+    """Eager calls skip the custom-op dispatcher (_library._eager); under a dispatch mode the same call goes through
+    torch.ops.coda.*. Both must give bit-identical outputs and gradients, and the fast path must not touch the op."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    def run(mode):
+        b = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in _block_case(19, 5, 16, 8, 2, 1, 64)]
+        if mode is None:
+            x2, qkv = coda.ops.block(*b, 2, 1, 64, EPS)
+        else:
+            with mode:
+                x2, qkv = coda.ops.block(*b, 2, 1, 64, EPS)
+        names.append(type(x2.grad_fn.next_functions[0][0]).__name__)  # x2 is a view of the op's output
+        (x2.square().sum() + qkv.sum()).backward()
+        return [x2, qkv] + [t.grad for t in b if t.is_floating_point()]
+
+    names = []
+    seen = Seen()
+    via_op = run(seen)
+    assert "coda.block_forward.default" in seen.ops
+    fast = run(None)
+    assert "block_forward_function" not in names[0] and "block_forward_function" in names[1], names
+    assert sum(t is not None for t in fast) >= 10  # x2, qkv and the 8 differentiable inputs' gradients
+    for a, b in zip(fast, via_op):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
 def test_cpu_zero_tokens():
     """M = 0 (an empty batch) is legal everywhere: empty outputs, zero weight gradients."""
     qkv = _qkv_case(17, 0, 16, 1, 1, 64)
