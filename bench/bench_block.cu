@@ -222,6 +222,18 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<coda_bench::Timing> const t =
         timer.measure_interleaved(opt.warmup, 1, {cublas_fwd, coda_fwd, cublas_fb, coda_fb});
+    // Host time per call (enqueue only: 10 calls back to back, the clock stopped before the synchronize). It is the
+    // time the GPU waits before a call's first kernel whenever the host is not ahead of it (a synchronize per step,
+    // or short GEMMs); the Python layer adds its own on top (bench/python/bench_block.py --profile).
+    auto host_us = [&](auto&& fn) {
+      CHECK_CUDA(cudaDeviceSynchronize());
+      auto const t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 10; ++i) fn(0);
+      auto const t1 = std::chrono::steady_clock::now();
+      CHECK_CUDA(cudaDeviceSynchronize());
+      return std::chrono::duration<double, std::micro>(t1 - t0).count() / 10;
+    };
+    double const host[4] = {host_us(cublas_fwd), host_us(coda_fwd), host_us(cublas_fb), host_us(coda_fb)};
     double const cf = t[0].median_ms, kf = t[1].median_ms, cfb = t[2].median_ms, kfb = t[3].median_ms;
     double const cb = cfb - cf, kb = kfb - kf;
     double const not_stored_gib = coda_bench::gib(Mr * static_cast<size_t>(2 * d + F + W) * 2);
@@ -230,6 +242,8 @@ int main(int argc, char** argv) {
     geo_fb.add(kfb / cfb);
     std::printf("%-11s %6lld | %9.3f %9.3f %6.3f | %9.3f %9.3f %6.3f | %9.3f %9.3f %6.3f | %.2f GiB\n", m.name,
                 static_cast<long long>(M), cf, kf, kf / cf, cb, kb, kb / cb, cfb, kfb, kfb / cfb, not_stored_gib);
+    std::printf("%-11s host time per call (enqueue): cuBLAS fwd %.0f us, CODA fwd %.0f us, cuBLAS f+b %.0f us, "
+                "CODA f+b %.0f us\n", "", host[0], host[1], host[2], host[3]);
     std::fflush(stdout);
     if (jsonl != nullptr) {
       char const* names[] = {"cublas_gemms", "coda", "cublas_gemms", "coda"};
@@ -239,11 +253,11 @@ int main(int argc, char** argv) {
         std::fprintf(jsonl,
                      "{\"suite\":\"block\",\"op\":\"block\",\"config\":\"%s\",\"M\":%lld,\"pass\":\"%s\","
                      "\"variant\":\"%s\",\"ms\":%.6f,\"ms_min\":%.6f,\"time_vs_cublas\":%.4f,\"bwd_ms\":%.6f,"
-                     "\"not_stored_gib\":%.4f,\"commit\":\"%s\",\"gpu\":\"%s\",\"date\":\"%s\",\"dtype\":\"bf16\","
+                     "\"not_stored_gib\":%.4f,\"host_us\":%.1f,\"commit\":\"%s\",\"gpu\":\"%s\",\"date\":\"%s\",\"dtype\":\"bf16\","
                      "\"reps\":%d,\"l2_flush\":%s}\n",
                      m.name, static_cast<long long>(M), passes[v], names[v], t[static_cast<size_t>(v)].median_ms,
                      t[static_cast<size_t>(v)].min_ms, t[static_cast<size_t>(v)].median_ms / base,
-                     v == 1 ? kb : v == 0 ? cb : v == 3 ? kb : cb, not_stored_gib, json_escape(commit).c_str(),
+                     v == 1 ? kb : v == 0 ? cb : v == 3 ? kb : cb, not_stored_gib, host[v], json_escape(commit).c_str(),
                      json_escape(gpu).c_str(), date.c_str(), opt.reps, opt.flush ? "true" : "false");
       }
       std::fflush(jsonl);
