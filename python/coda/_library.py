@@ -482,6 +482,9 @@ except ImportError:  # unknown torch layout: always go through the custom op
         return True
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a model's weights are Parameters; any other subclass may dispatch
+
+
 def _eager(name: str):
     op, fn, mutated = _OPS[name]
     params = list(inspect.signature(fn).parameters)
@@ -502,7 +505,7 @@ def _eager(name: str):
 
     def call(*args, **kwargs):
         if (kwargs or torch.compiler.is_compiling() or _dispatch_mode() is not None
-                or not all(type(a) is Tensor for a in args if isinstance(a, Tensor))):
+                or not all(type(a) in _PLAIN for a in args if isinstance(a, Tensor))):
             return op(*args, **kwargs)
         wants_grad = torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args)
         if wants_grad:

@@ -166,6 +166,7 @@ def test_cpu_eager_fast_path_matches_custom_op():
 
     def run(mode):
         b = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in _block_case(19, 5, 16, 8, 2, 1, 64)]
+        b[2:8] = [torch.nn.Parameter(t) for t in b[2:8]]  # weights as a model holds them
         if mode is None:
             x2, qkv = coda.ops.block(*b, 2, 1, 64, EPS)
         else:
