@@ -482,6 +482,15 @@ except ImportError:  # unknown torch layout: always go through the custom op
         return True
 
 
+def _tracing_or_transformed():
+    """torch.jit.trace (it must record the op: on CUDA the kernels are ctypes calls it cannot see) or an active
+    functorch transform (vmap, grad, jvp: the wrapped tensors look plain, and the kernels cannot take them)."""
+    try:
+        return torch._C._is_tracing() or torch._C._are_functorch_transforms_active()
+    except AttributeError:  # unknown torch layout: go through the custom op
+        return True
+
+
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a model's weights are Parameters; any other subclass may dispatch
 
 
@@ -504,7 +513,7 @@ def _eager(name: str):
                          "backward": staticmethod(lambda ctx, *grads: backward(ctx, *grads))})
 
     def call(*args, **kwargs):
-        if (kwargs or torch.compiler.is_compiling() or _dispatch_mode() is not None
+        if (kwargs or torch.compiler.is_compiling() or _dispatch_mode() is not None or _tracing_or_transformed()
                 or not all(type(a) in _PLAIN for a in args if isinstance(a, Tensor))):
             return op(*args, **kwargs)
         wants_grad = torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args)

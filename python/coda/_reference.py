@@ -70,7 +70,7 @@ def _ce(l64, targets, grad_loss, ignore_index, reduction, label_smoothing, z_los
     """Cross-entropy on float64 logits. -> (loss, dl float64 or None, lse)."""
     M, V = l64.shape
     lc = softcap * torch.tanh(l64 / softcap) if softcap > 0 else l64
-    lse = torch.logsumexp(lc, dim=-1) if V > 0 else torch.zeros(M, dtype=torch.float64)
+    lse = torch.logsumexp(lc, dim=-1) if V > 0 else l64.new_zeros(M)
     t = targets.to(torch.int64)
     ignored = t == ignore_index
     bad = ~ignored & ((t < 0) | (t >= V))
@@ -85,10 +85,10 @@ def _ce(l64, targets, grad_loss, ignore_index, reduction, label_smoothing, z_los
     elif reduction == "sum":
         loss = per_row.sum()
     else:
-        loss = per_row.sum() / n_valid if n_valid > 0 else torch.zeros((), dtype=torch.float64)
+        loss = per_row.sum() / n_valid if n_valid > 0 else l64.new_zeros(())
     if not want_grad:
         return loss, None, lse
-    g = torch.ones((), dtype=torch.float64) if grad_loss is None else _f64(grad_loss)
+    g = l64.new_ones(()) if grad_loss is None else _f64(grad_loss)
     if reduction == "mean":
         g = g / max(n_valid, 1)
     g = g.expand(M) if g.dim() == 0 else g

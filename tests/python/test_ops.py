@@ -187,6 +187,48 @@ def test_cpu_eager_fast_path_matches_custom_op():
         assert (a is None and b is None) or torch.equal(a, b)
 
 
+def test_cpu_eager_fast_path_hides_internals_from_torch_function_modes():
+    """A torch function mode (torch.device(...) as a context, torch.set_default_device) sees a coda op as one call
+    through the custom op; the fast path must not expose the op's internals to it (the reference's factory calls
+    would land on the mode's device)."""
+    x, gm, w, t = _lce_case(24, 7, 16, 24)
+    ref = coda.ops.linear_cross_entropy(x, gm, w, t, EPS)
+    ref.backward()
+    ref_dx, x.grad = x.grad, None
+    with torch.device("meta"):
+        loss = coda.ops.linear_cross_entropy(x, gm, w, t, EPS)
+    loss.backward()
+    assert torch.equal(loss, ref) and torch.equal(x.grad, ref_dx)
+    with torch.device("meta"), torch.no_grad():
+        loss = coda.ops.linear_cross_entropy(x, gm, w, torch.full_like(t, -100), EPS)
+    assert loss.device.type == "cpu" and loss.item() == 0.0
+
+
+def test_cpu_jit_trace_records_the_op():
+    """torch.jit.trace records the custom op, as before the fast path: the op's function (a ctypes kernel call on
+    CUDA) is invisible to the tracer."""
+    x, gm, w = [a.detach() for a in _norm_linear_case(25, 5, 16, 8)]
+    traced = torch.jit.trace(f_norm_linear, (x, gm, w))
+    assert "coda::rms_norm_linear" in str(traced.graph)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_cpu_checkpoint(reentrant):
+    """torch.utils.checkpoint around block + swiglu_mlp (the eager fast path, recomputed in the backward): the same
+    gradients as without."""
+    def body(*a):
+        x2, qkv = coda.ops.block(*a[:10], 1, 1, 64, EPS)
+        return coda.ops.swiglu_mlp(x2, a[3], a[4], a[5], EPS)[0], qkv
+
+    def run(ckpt):
+        a = [t.detach().requires_grad_(t.requires_grad) for t in _block_case(26, 5, 16, 8, 1, 1, 64)]
+        out = torch.utils.checkpoint.checkpoint(body, *a, use_reentrant=reentrant) if ckpt else body(*a)
+        (out[0].square().sum() + out[1].sum()).backward()
+        return [t.grad for t in a if t.requires_grad]
+
+    assert all(torch.equal(g, r) for g, r in zip(run(True), run(False)))
+
+
 def test_cpu_zero_tokens():
     """M = 0 (an empty batch) is legal everywhere: empty outputs, zero weight gradients."""
     qkv = _qkv_case(17, 0, 16, 1, 1, 64)
