@@ -7,7 +7,8 @@ Implementations (all bf16 parameters and compute, SDPA attention, the same initi
   coda          coda.models.llama.LlamaForCausalLM (weights held in CODA's layouts)
   coda-patched  transformers' model after coda.patch_llama (HF layouts, gathered per step)
   hf            transformers' LlamaForCausalLM, eager
-  hf-compile    torch.compile of it
+  hf-compile    torch.compile of it (whole model: HF then builds an explicit causal mask, see build())
+  hf-compile-layers  each decoder layer compiled (regional compilation), embeddings, final norm and loss eager
   hf-liger      liger_kernel.transformers.apply_liger_kernel_to_llama on it (run last: Liger patches the module)
 Reported: median step time over --steps after --warmup, tokens/s, peak memory (torch.cuda.max_memory_allocated),
 and the first step's loss (same weights and batch for all: the losses must agree to bf16 noise).
@@ -62,6 +63,14 @@ def build(impl, base, device, dtype):
     if impl == "hf-compile":
         c = torch.compile(m)
         return m, lambda ids: c(input_ids=ids, labels=ids, use_cache=False).loss
+    if impl == "hf-compile-layers":
+        # Regional compilation (each decoder layer compiled, the rest eager), as PyTorch recommends for HF models.
+        # Under a whole-model compile HF builds an explicit causal mask (dynamo traces the mask creation), so SDPA
+        # gets attn_mask + is_causal=False and cannot use flash attention; eager HF and the per-layer compile pass
+        # attention_mask=None + is_causal=True.
+        for layer in m.model.layers:
+            layer.compile()
+        return m, lambda ids: m(input_ids=ids, labels=ids, use_cache=False).loss
     if impl == "hf-liger":
         from liger_kernel.transformers import apply_liger_kernel_to_llama
         apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
@@ -115,7 +124,7 @@ def main():
     p.add_argument("--layers", type=int, default=None, help="override the number of layers")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=8192)
-    p.add_argument("--impls", default="coda,coda-patched,hf,hf-compile,hf-liger")
+    p.add_argument("--impls", default="coda,coda-patched,hf,hf-compile,hf-compile-layers,hf-liger")
     p.add_argument("--optimizer", action="store_true", help="include AdamW's step in the timed step")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
