@@ -60,6 +60,8 @@ def attention(qkv, attention_mask, hq, hkv, hd, dropout):
 def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, hkv, hd, eps, dropout=0.0):
     """x [B, S, d] embeddings -> (x_out [B, S, d], (h, rstd) of the final norm). positions [B, S]; inv_freq [hd/2]
     fp32; layers: LayerWeights per layer."""
+    # Once per step: int32 and contiguous, so each layer's op takes it as is (no cast or copy kernel per layer).
+    positions = positions.to(torch.int32).contiguous()
     first = layers[0]
     qkv = ops.rms_norm_qkv_rope(x, first.gamma_in, first.w_qkv, positions, inv_freq, hq, hkv, hd, eps,
                                 cache=ops.rmsnorm_prepare(x, first.gamma_in, eps))
