@@ -210,11 +210,9 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
                          f"{tuple(w_down.shape)}")
     check.size(op, "gamma2", gamma2, 0, d, "d")
     check.size(op, "w_qkv", w_qkv, 1, d, "d")
-    check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
     if positions.shape != x0.shape[:-1]:
         raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x0.shape[:-1])}, got "
                          f"{tuple(positions.shape)}")
-    check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
     check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
     pos = positions.reshape(-1).to(torch.int32)
     inv = inv_freq.to(torch.float32) if x0.is_cuda else inv_freq
