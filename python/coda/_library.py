@@ -2,7 +2,8 @@
 torch.compile, and their autograd formulas (register_autograd).
 
 Each operator runs the CUDA kernels (_kernels.py, through the C ABI) on CUDA tensors and the float64 reference
-(_reference.py) on CPU tensors. Arguments are 2-D [tokens, features]; coda.ops flattens leading dimensions and
+(_reference.py) on CPU tensors. The module-level names are eager fast-path callers (end of file): they skip the
+custom-op dispatcher on plain tensors and fall back to the op (`<name>.custom_op`) for everything traced. Arguments are 2-D [tokens, features]; coda.ops flattens leading dimensions and
 checks arguments before it calls these.
 
 Autograd boundaries follow the fused backward kernels (MATH.md): an op that consumes a normalised input takes the
