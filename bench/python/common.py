@@ -100,9 +100,9 @@ def profile(name, fn, reps=3, rows=12):
 
     Prints, for the last of `reps` calls (each ended by a synchronize): the call's wall span, the summed kernel
     time, the GPU-idle time inside the span split into before the first kernel / between kernels / after the last,
-    the largest gaps with the kernels around them, the longest CUDA runtime calls (a blocking one shows here), and
-    the kernels by total time. The CPU-side wall time of fn() without the synchronize (the enqueue cost) comes
-    first."""
+    the largest gaps with the kernels around them, the longest CUDA runtime calls (a blocking one shows here), the
+    kernels in launch order and by total time (CUTLASS names through short_kernel_name). The CPU-side wall time of
+    fn() without the synchronize (the enqueue cost) comes first."""
     from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as torch_profile
     fn()
@@ -118,14 +118,14 @@ def profile(name, fn, reps=3, rows=12):
                 torch.cuda.synchronize()
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
-        events = json.load(open(f.name))["traceEvents"]
+        with open(f.name) as trace:
+            events = json.load(trace)["traceEvents"]
     call = next(e for e in events if e.get("name") == f"bench_call_{reps - 1}" and e.get("ph") == "X"
                 and e.get("cat") == "user_annotation")
     lo, hi = call["ts"], call["ts"] + call["dur"]
     inside = [e for e in events if e.get("ph") == "X" and lo <= e.get("ts", -1) <= hi]
     gpu = sorted((e for e in inside if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
-    api = sorted((e for e in inside if e.get("cat") == "cuda_runtime" or e.get("cat") == "cuda_driver"),
-                 key=lambda e: -e["dur"])
+    api = sorted((e for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver")), key=lambda e: -e["dur"])
     busy = sum(e["dur"] for e in gpu)
     print(f"--- {name}: enqueue (CPU, no sync) {enqueue_ms:.3f} ms; profiled call span {call['dur'] / 1e3:.3f} ms, "
           f"kernels {busy / 1e3:.3f} ms in {len(gpu)}")
@@ -134,7 +134,8 @@ def profile(name, fn, reps=3, rows=12):
         print(f"  idle: before first kernel {(gpu[0]['ts'] - lo) / 1e3:.3f} ms, between kernels "
               f"{sum(max(g, 0) for g, _ in gaps) / 1e3:.3f} ms, after last {(hi - gpu[-1]['ts'] - gpu[-1]['dur']) / 1e3:.3f} ms")
         for g, i in sorted(gaps, reverse=True)[:3]:
-            print(f"  gap {g / 1e3:.3f} ms after {gpu[i]['name'][:60]} | before {gpu[i + 1]['name'][:60]}")
+            print(f"  gap {g / 1e3:.3f} ms after {short_kernel_name(gpu[i]['name'])[:60]} | "
+                  f"before {short_kernel_name(gpu[i + 1]['name'])[:60]}")
     for e in api[:5]:
         print(f"  runtime {e['dur'] / 1e3:8.3f} ms  {e['name'][:80]}")
     print("  kernels in launch order:")

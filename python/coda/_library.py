@@ -26,7 +26,7 @@ from . import _kernels, _reference
 # Every op is defined through _custom_op / _register_autograd, which also record the plain function and the autograd
 # pair for the eager fast path at the end of this file.
 _OPS: dict = {}  # python name -> (custom op, function, mutated argument names)
-_AUTOGRAD: dict = {}  # python name -> (setup_context, backward)
+_AUTOGRAD: dict = {}  # custom op -> (setup_context, backward)
 
 
 def _custom_op(name: str, mutates_args):
@@ -39,7 +39,7 @@ def _custom_op(name: str, mutates_args):
 
 def _register_autograd(op, backward, setup_context):
     op.register_autograd(backward, setup_context=setup_context)
-    _AUTOGRAD[next(k for k, v in _OPS.items() if v[0] is op)] = (setup_context, backward)
+    _AUTOGRAD[op] = (setup_context, backward)
 
 
 def _impl(t: Tensor):
@@ -466,8 +466,8 @@ _register_autograd(cross_entropy, _ce_bwd, _ce_ctx)
 
 
 # ---- the eager fast path ----------------------------------------------------------------------------------------
-# A custom_op call costs ~0.1-0.2 ms of host time in eager mode (measured on the development VM with torch 2.15,
-# 15 arguments: the autograd wrapper rebuilds the schema's argument list on every call), and the GPU waits that
+# A custom_op call costs ~0.1-0.2 ms of host time in eager mode (measured on the development VM with torch 2.15 for
+# the 15-argument block forward; cProfile puts most of it in torch's per-call fill_defaults), and the GPU waits that
 # long before the op's first kernel whenever the host is not ahead of it (profiles/block_llama3-8b_h200_2bd6ceb.txt:
 # 0.77 ms idle before the block forward's first GEMM). Eagerly, on plain tensors and with no dispatch mode active,
 # each op runs its function directly, inside a torch.autograd.Function with the same setup_context and backward when
@@ -499,7 +499,7 @@ def _eager(name: str):
     op, fn, mutated = _OPS[name]
     params = list(inspect.signature(fn).parameters)
     mutated_at = tuple(params.index(m) for m in mutated)
-    grad = _AUTOGRAD.get(name)
+    grad = _AUTOGRAD.get(op)
     function = None
     if grad is not None:
         setup_context, backward = grad
@@ -510,8 +510,7 @@ def _eager(name: str):
             return out
 
         function = type(f"{name}_function", (torch.autograd.Function,),
-                        {"forward": staticmethod(forward),
-                         "backward": staticmethod(lambda ctx, *grads: backward(ctx, *grads))})
+                        {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
     def call(*args, **kwargs):
         if (kwargs or torch.compiler.is_compiling() or _dispatch_mode() is not None or _tracing_or_transformed()
