@@ -142,10 +142,11 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default="ops,block,lm_head,e2e,train")
     p.add_argument("--render", type=Path, default=None)
+    p.add_argument("--commit", default=None, help="commit recorded in the results (default: git, else $CODA_COMMIT)")
     a = p.parse_args()
     if a.render:
         return render(a.render)
-    c = commit()
+    c = a.commit or os.environ.get("CODA_COMMIT") or commit()
     out = a.out or ROOT / "bench" / "results" / f"python_{c}"
     out.mkdir(parents=True, exist_ok=True)
     parts = a.only.split(",")

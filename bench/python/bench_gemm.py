@@ -1,0 +1,134 @@
+"""CODA's plain GEMM (coda_gemm: the autotuned CUTLASS mainloop every fused op is built on) against torch.matmul
+(PyTorch's cuBLAS call, as a user's model runs it) at the block's GEMM shapes, forward, dgrad and wgrad.
+
+    python bench/python/bench_gemm.py --configs llama3-1b,llama3-8b --tokens 8192,16384 --out gemm.jsonl
+
+Columns: torch.matmul with PyTorch's defaults; torch.matmul with bf16 reduced-precision reduction disallowed (the
+cuBLAS math mode of CODA's C++ baseline, src/gemm/cublas_backend.cu); coda_gemm. Timing: CUDA events, median of
+--reps back-to-back calls each (no L2 flush: weights stay hot as in a training step). --kernels prints the kernel
+each implementation ran (torch.profiler), so a gap can be traced to a tile shape.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+from common import CONFIGS
+
+from coda import _C
+
+
+def shapes(cfg, M):
+    """(name, M, N, K, a_transposed, b_transposed) of each GEMM in one layer: D[M,N] = A[M,K] B[N,K]^T."""
+    d, Fi, hq, hkv, hd = cfg
+    nqkv, no = (hq + 2 * hkv) * hd, hq * hd
+    out = []
+    for name, n, k in (("qkv", nqkv, d), ("out", d, no), ("gate_up", 2 * Fi, d), ("down", d, Fi)):
+        out.append((name, M, n, k, False, False))          # forward: x [M,k] w [n,k]^T
+        out.append((name + "_dgrad", M, k, n, False, True))  # dx = dy [M,n] w [n,k]: B = w^T (column-major)
+        out.append((name + "_wgrad", n, k, M, True, True))  # dW = dy^T [n,M] x [M,k]
+    return out
+
+
+def operands(M, N, K, at, bt, dev):
+    g = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(*((K, M) if at else (M, K)), device=dev, generator=g).bfloat16()
+    b = torch.randn(*((K, N) if bt else (N, K)), device=dev, generator=g).bfloat16()
+    return (a.T if at else a), (b.T if bt else b)  # a [M,K], b [N,K] as views (strided where transposed)
+
+
+def events_ms(fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def kernel_names(fn):
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--configs", default="llama3-1b,llama3-8b")
+    p.add_argument("--tokens", default="8192,16384")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--kernels", action="store_true")
+    p.add_argument("--out", default=None)
+    p.add_argument("--commit", default="unknown")
+    a = p.parse_args()
+    dev = torch.device("cuda")
+    stream = _C.stream(dev)
+    rows = []
+    for cname in a.configs.split(","):
+        for M in map(int, a.tokens.split(",")):
+            for name, m, n, k, at, bt in shapes(CONFIGS[cname], M):
+                A, B = operands(m, n, k, at, bt, dev)
+                D = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+                ws = _C.workspace(_C.workspace_size("gemm", m, n, k), dev)
+                args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, 0, ctypes_ptr(ws), ws.numel(), stream)
+
+                def coda_fn():
+                    _C.call("gemm", *args)
+
+                def torch_fn():
+                    torch.mm(A, B.T, out=D)
+
+                flags = torch.backends.cuda.matmul
+                t_torch = events_ms(torch_fn, a.reps)
+                old = flags.allow_bf16_reduced_precision_reduction
+                flags.allow_bf16_reduced_precision_reduction = False
+                t_strict = events_ms(torch_fn, a.reps)
+                flags.allow_bf16_reduced_precision_reduction = old
+                t_coda = events_ms(coda_fn, a.reps)
+                ref = (A.float() @ B.float().T)
+                coda_fn()
+                err = ((D.float() - ref).abs().max() / ref.abs().max()).item()
+                tf = 2.0 * m * n * k / 1e9
+                row = dict(config=cname, tokens=M, gemm=name, M=m, N=n, K=k, torch_ms=t_torch, torch_strict_ms=t_strict,
+                           coda_ms=t_coda, coda_over_torch=t_coda / t_torch, torch_tflops=tf / t_torch,
+                           coda_tflops=tf / t_coda, coda_rel_err=err, commit=a.commit)
+                if a.kernels:
+                    row["torch_kernels"] = kernel_names(torch_fn)
+                    row["coda_kernels"] = [n[:160] for n in kernel_names(coda_fn)]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    if a.out:
+        with open(a.out, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    print("| config | tokens | gemm | M | N | K | torch ms | torch (no bf16 reduction) ms | CODA ms | CODA / torch "
+          "| torch TFLOP/s | CODA TFLOP/s |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['config']} | {r['tokens']} | {r['gemm']} | {r['M']} | {r['N']} | {r['K']} | {r['torch_ms']:.3f} "
+              f"| {r['torch_strict_ms']:.3f} | {r['coda_ms']:.3f} | {r['coda_over_torch']:.3f} "
+              f"| {r['torch_tflops']:.0f} | {r['coda_tflops']:.0f} |")
+    ratios = [r["coda_over_torch"] for r in rows]
+    if ratios:
+        print(f"CODA / torch.matmul, geometric mean over {len(ratios)} GEMMs: "
+              f"{statistics.geometric_mean(ratios):.3f}")
+
+
+def ctypes_ptr(t):
+    import ctypes
+    return ctypes.c_void_p(t.data_ptr())
+
+
+if __name__ == "__main__":
+    main()
