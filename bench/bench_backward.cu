@@ -822,8 +822,7 @@ int main(int argc, char** argv) {
   r.date = now_utc();
   r.l2 = static_cast<size_t>(std::max(prop.l2CacheSize, 1 << 20));
   r.dev = opt.device;
-  CHECK_CUBLAS(cublasCreate(&r.cublas));
-  CHECK_CUBLAS(cublasSetStream(r.cublas, nullptr));
+  r.cublas = coda_bench::make_cublas_handle();
   if (!opt.out.empty()) {
     r.jsonl = std::fopen(opt.out.c_str(), opt.append ? "a" : "w");
     if (r.jsonl == nullptr) {

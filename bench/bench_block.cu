@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   size_t const l2 = static_cast<size_t>(std::max(prop.l2CacheSize, 1 << 20));
   int const dev = opt.device;
   cublasHandle_t cublas = nullptr;
-  CHECK_CUBLAS(cublasCreate(&cublas));
+  cublas = coda_bench::make_cublas_handle();
   FILE* jsonl = opt.out.empty() ? nullptr : std::fopen(opt.out.c_str(), opt.append ? "a" : "w");
   if (!opt.out.empty() && jsonl == nullptr) {
     std::fprintf(stderr, "cannot open %s\n", opt.out.c_str());

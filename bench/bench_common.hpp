@@ -39,6 +39,21 @@
 
 namespace coda_bench {
 
+/// The cuBLAS baseline's handle, set up as PyTorch sets up its own (what a user's torch.matmul runs): default
+/// stream, and the 32 MiB workspace cuBLAS recommends for Hopper. Without the workspace cuBLAS keeps a smaller
+/// default pool and its heuristic skips kernels that need more. Never freed (one per bench process).
+inline cublasHandle_t make_cublas_handle() {
+  cublasHandle_t h = nullptr;
+  CHECK_CUBLAS(cublasCreate(&h));
+  CHECK_CUBLAS(cublasSetStream(h, nullptr));  // before the workspace: cublasSetStream resets it
+  size_t const bytes = size_t{32} << 20;
+  void* ws = nullptr;
+  CHECK_CUDA(cudaMalloc(&ws, bytes));
+  CHECK_CUBLAS(cublasSetWorkspace(h, ws, bytes));
+  return h;
+}
+
+
 // ---- shapes ------------------------------------------------------------------------------------------------------
 
 struct Model {

@@ -436,8 +436,7 @@ int main(int argc, char** argv) {
   int const dev = opt.device;
 
   cublasHandle_t cublas = nullptr;
-  CHECK_CUBLAS(cublasCreate(&cublas));
-  CHECK_CUBLAS(cublasSetStream(cublas, nullptr));
+  cublas = coda_bench::make_cublas_handle();
 
   FILE* jsonl = nullptr;
   if (!opt.out.empty()) {

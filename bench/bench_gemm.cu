@@ -278,8 +278,7 @@ int main(int argc, char** argv) {
   size_t const l2 = static_cast<size_t>(std::max(prop.l2CacheSize, 1 << 20));
 
   cublasHandle_t cublas = nullptr;
-  CHECK_CUBLAS(cublasCreate(&cublas));
-  CHECK_CUBLAS(cublasSetStream(cublas, nullptr));
+  cublas = coda_bench::make_cublas_handle();
 
   FILE* jsonl = nullptr;
   if (!opt.out.empty()) {

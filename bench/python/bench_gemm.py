@@ -3,19 +3,23 @@
 
     python bench/python/bench_gemm.py --configs llama3-1b,llama3-8b --tokens 8192,16384 --out gemm.jsonl
 
-Columns: torch.matmul with PyTorch's defaults; torch.matmul with bf16 reduced-precision reduction disallowed (the
-cuBLAS math mode of CODA's C++ baseline, src/gemm/cublas_backend.cu); coda_gemm. Timing: CUDA events, median of
---reps back-to-back calls each (no L2 flush: weights stay hot as in a training step). --kernels prints the kernel
-each implementation ran (torch.profiler), so a gap can be traced to a tile shape.
+Columns: torch.matmul (PyTorch's cuBLAS call with PyTorch's handle setup); coda_gemm (its autotuned pick among the
+CUTLASS configs and cuBLAS); coda_gemm pinned to its cuBLAS path (CODA_GEMM_CONFIG=cublas: the baseline's call as
+libcoda makes it). Timing: --rounds rounds; in each, every implementation runs --reps back-to-back calls between
+two CUDA events (the CPU runs ahead, as in a training step: GPU time), the implementations in rotating order.
+Median over rounds. (Measured one implementation after the other instead, the same cuBLAS kernel took up to 12 %
+longer when launched from libcoda than from torch.matmul: bench/results/gemm_torch_h200_ba4949a.md.) No L2
+flush: weights stay hot as in a training step. --kernels records the kernel each ran (torch.profiler).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 
 import torch
-from common import CONFIGS
+from common import CONFIGS, short_kernel_name as cutlass_name
 
 from coda import _C
 
@@ -39,18 +43,26 @@ def operands(M, N, K, at, bt, dev):
     return (a.T if at else a), (b.T if bt else b)  # a [M,K], b [N,K] as views (strided where transposed)
 
 
-def events_ms(fn, reps):
-    fn()
+def interleaved_ms(fns, reps, rounds):
+    """Median over rounds of each fn's mean time per call in a block of `reps` back-to-back calls; the fns take
+    turns within each round, starting one later every round."""
+    for f in fns:
+        for _ in range(3):
+            f()
     torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
+    times = [[] for _ in fns]
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
+    for r in range(rounds):
+        for j in range(len(fns)):
+            i = (r + j) % len(fns)
+            ev[i][0].record()
+            for _ in range(reps):
+                fns[i]()
+            ev[i][1].record()
+        torch.cuda.synchronize()
+        for i in range(len(fns)):
+            times[i].append(ev[i][0].elapsed_time(ev[i][1]) / reps)
+    return [statistics.median(t) for t in times]
 
 
 def kernel_names(fn):
@@ -67,7 +79,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--configs", default="llama3-1b,llama3-8b")
     p.add_argument("--tokens", default="8192,16384")
-    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--kernels", action="store_true")
     p.add_argument("--out", default=None)
     p.add_argument("--commit", default="unknown")
@@ -89,40 +102,43 @@ def main():
                 def torch_fn():
                     torch.mm(A, B.T, out=D)
 
-                flags = torch.backends.cuda.matmul
-                t_torch = events_ms(torch_fn, a.reps)
-                old = flags.allow_bf16_reduced_precision_reduction
-                flags.allow_bf16_reduced_precision_reduction = False
-                t_strict = events_ms(torch_fn, a.reps)
-                flags.allow_bf16_reduced_precision_reduction = old
-                t_coda = events_ms(coda_fn, a.reps)
+                def coda_cublas_fn():
+                    os.environ["CODA_GEMM_CONFIG"] = "cublas"
+                    try:
+                        _C.call("gemm", *args)
+                    finally:
+                        del os.environ["CODA_GEMM_CONFIG"]
+
+                t_torch, t_coda, t_cublas = interleaved_ms((torch_fn, coda_fn, coda_cublas_fn), a.reps, a.rounds)
                 ref = (A.float() @ B.float().T)
                 coda_fn()
                 err = ((D.float() - ref).abs().max() / ref.abs().max()).item()
                 tf = 2.0 * m * n * k / 1e9
-                row = dict(config=cname, tokens=M, gemm=name, M=m, N=n, K=k, torch_ms=t_torch, torch_strict_ms=t_strict,
-                           coda_ms=t_coda, coda_over_torch=t_coda / t_torch, torch_tflops=tf / t_torch,
-                           coda_tflops=tf / t_coda, coda_rel_err=err, commit=a.commit)
+                row = dict(config=cname, tokens=M, gemm=name, M=m, N=n, K=k, torch_ms=t_torch, coda_ms=t_coda,
+                           coda_cublas_ms=t_cublas, coda_over_torch=t_coda / t_torch,
+                           coda_cublas_over_torch=t_cublas / t_torch, torch_tflops=tf / t_torch, coda_tflops=tf / t_coda,
+                           coda_rel_err=err, commit=a.commit)
                 if a.kernels:
                     row["torch_kernels"] = kernel_names(torch_fn)
-                    row["coda_kernels"] = [n[:160] for n in kernel_names(coda_fn)]
+                    row["coda_kernels"] = [cutlass_name(n) for n in kernel_names(coda_fn)]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if a.out:
         with open(a.out, "a") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
-    print("| config | tokens | gemm | M | N | K | torch ms | torch (no bf16 reduction) ms | CODA ms | CODA / torch "
-          "| torch TFLOP/s | CODA TFLOP/s |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| config | tokens | gemm | M | N | K | torch ms | coda_gemm ms | its cuBLAS ms | coda / torch "
+          "| its cuBLAS / torch | torch TFLOP/s | coda TFLOP/s |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['config']} | {r['tokens']} | {r['gemm']} | {r['M']} | {r['N']} | {r['K']} | {r['torch_ms']:.3f} "
-              f"| {r['torch_strict_ms']:.3f} | {r['coda_ms']:.3f} | {r['coda_over_torch']:.3f} "
-              f"| {r['torch_tflops']:.0f} | {r['coda_tflops']:.0f} |")
-    ratios = [r["coda_over_torch"] for r in rows]
-    if ratios:
-        print(f"CODA / torch.matmul, geometric mean over {len(ratios)} GEMMs: "
-              f"{statistics.geometric_mean(ratios):.3f}")
+              f"| {r['coda_ms']:.3f} | {r['coda_cublas_ms']:.3f} | {r['coda_over_torch']:.3f} "
+              f"| {r['coda_cublas_over_torch']:.3f} | {r['torch_tflops']:.0f} | {r['coda_tflops']:.0f} |")
+    for key, what in (("coda_over_torch", "coda_gemm / torch.matmul"),
+                      ("coda_cublas_over_torch", "coda_gemm's cuBLAS path / torch.matmul")):
+        ratios = [r[key] for r in rows]
+        if ratios:
+            print(f"{what}, geometric mean over {len(ratios)} GEMMs: {statistics.geometric_mean(ratios):.3f}")
 
 
 def ctypes_ptr(t):

@@ -1,4 +1,5 @@
-// Host-only translation unit (no kernels): cuBLAS handles and the cublasGemmEx call of the plain GEMM.
+// Host-only translation unit (no kernels): cuBLAS handles, their workspaces and the cublasGemmEx call of the plain
+// GEMM.
 #include "gemm/cublas_backend.hpp"
 
 #include "common/error.hpp"
@@ -83,6 +84,26 @@ cublasHandle_t thread_handle(int device) {
   return h;
 }
 
+/// The workspace cuBLAS recommends for Hopper (cublasSetWorkspace: 32 MiB; PyTorch gives its handles the same).
+/// Without it the handle keeps cuBLAS's smaller default pool and the heuristic skips kernels that need more.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+/// One workspace per (handle, stream): a handle is one thread's, but that thread may enqueue on several streams,
+/// and two GEMMs running at once must not share scratch. Allocated on first use, never freed (like the handles).
+void* stream_workspace(cublasHandle_t h, cudaStream_t stream) {
+  thread_local cublasHandle_t last_h = nullptr;  // the common case, one stream: no lock
+  thread_local cudaStream_t last_stream = nullptr;
+  thread_local void* last_ws = nullptr;
+  if (last_ws != nullptr && h == last_h && stream == last_stream) return last_ws;
+  static std::mutex mutex;
+  static auto* const pool = new std::unordered_map<cublasHandle_t, std::unordered_map<cudaStream_t, void*>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  void*& ws = (*pool)[h][stream];
+  if (ws == nullptr) CODA_CUDA_CHECK(cudaMalloc(&ws, kWorkspaceBytes));
+  last_h = h, last_stream = stream, last_ws = ws;
+  return ws;
+}
+
 cudaDataType_t cuda_type(coda_dtype t) {
   switch (t) {
     case CODA_BF16: return CUDA_R_16BF;
@@ -110,6 +131,8 @@ void cublas_run(GemmArgs const& args, cudaStream_t stream) {
   CODA_CUDA_CHECK(cudaGetDevice(&device));
   cublasHandle_t const h = thread_handle(device);
   CODA_CUBLAS_CHECK(cublasSetStream(h, stream));
+  // cublasSetStream resets the handle's workspace to cuBLAS's default: set ours after it, every call.
+  CODA_CUBLAS_CHECK(cublasSetWorkspace(h, stream_workspace(h, stream), kWorkspaceBytes));
 
   // Row-major D[M,N] = A B^T is column-major D^T[N,M] = B' A' with B' the N x K and A' the K x M operand.
   // B K-major (B(n,k) = B[n*ldb + k]) is a column-major K x N matrix: op T. B N-major: column-major N x K: op N.
