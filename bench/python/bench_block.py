@@ -5,8 +5,11 @@ in PyTorch eager (HF style), torch.compile of it, and with Liger Kernel's RMSNor
     python bench/python/bench_block.py --configs llama3-1b:8192,llama3-1b:32768,llama3-8b:8192,llama3-70b:8192 \
         --out bench/results/block_torch.jsonl
 
-Timing: CUDA events around each call after warm-up, median of --reps; backward = (forward+backward) - forward.
-Peak memory: torch.cuda.max_memory_allocated above the inputs during one forward+backward.
+Timing: --rounds rounds; in each, every implementation in turn (the order rotated by one per round) times --reps
+calls each synchronized (CUDA events around each call, median) and --reps back-to-back calls (events around the
+loop); the result is the median over rounds. Taking turns matters on the H200: see common.interleaved.
+backward = (forward+backward) - forward. Peak memory: torch.cuda.max_memory_allocated above the inputs during one
+forward+backward. --device cpu runs the tiny config for a smoke test (wall clock; no Liger, no profile).
 Each line of --out is one (config, tokens, implementation) with times in ms and the ratios to CODA.
 """
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import CONFIGS, EPS, hf_rms_norm, profile, rotate_half, timed, timed_pipelined
+from common import CONFIGS, EPS, hf_rms_norm, interleaved, profile, rotate_half, timed, timed_pipelined
 
 import coda
 
@@ -51,17 +54,17 @@ def liger_fns():
                 rope=lambda q, k, c, s: liger_rotary_pos_emb(q, k, c, s))
 
 
-def make(cfg, M, dtype=torch.bfloat16, seed=0):
+def make(cfg, M, dtype=torch.bfloat16, seed=0, device="cuda"):
     d, Fi, hq, hkv, hd = cfg
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    r = lambda *s, std=0.02: (torch.randn(*s, device="cuda", generator=g) * std).to(dtype)  # noqa: E731
+    g = torch.Generator(device=device).manual_seed(seed)
+    r = lambda *s, std=0.02: (torch.randn(*s, device=device, generator=g) * std).to(dtype)  # noqa: E731
     w = dict(o=r(d, hq * hd), g1=1 + r(d, std=0.1), gate=r(Fi, d), up=r(Fi, d), down=r(d, Fi), g2=1 + r(d, std=0.1),
              q=r(hq * hd, d), k=r(hkv * hd, d), v=r(hkv * hd, d))
     for t in w.values():
         t.requires_grad_()
     y0, x0 = r(M, hq * hd, std=1.0).requires_grad_(), r(M, d, std=4.0).requires_grad_()
-    pos = torch.arange(M, device="cuda") % 8192
-    inv = 1.0 / 500000.0 ** (torch.arange(0, hd, 2, device="cuda", dtype=torch.float32) / hd)
+    pos = torch.arange(M, device=device) % 8192
+    inv = 1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd)
     ang = pos[:, None].float() * inv[None]
     emb = torch.cat((ang, ang), -1)
     cos, sin = emb.cos().to(dtype)[None], emb.sin().to(dtype)[None]
@@ -81,12 +84,11 @@ def coda_runner(cfg, w, pos, inv):
     return fwd, params
 
 
-def bench_impl(name, fwd, inputs, params, reps, with_profile=False):
+def prepare_impl(name, fwd, inputs, params, reps, device="cuda"):
+    """Warms fwd up, measures its peak memory, and returns (peak GiB, measure, profiled calls): measure() times it
+    once (one round of common.interleaved)."""
     grads_out = None
-
-    def forward():
-        with torch.no_grad():
-            fwd(*inputs)
+    cuda = device == "cuda"
 
     def fwd_bwd():
         nonlocal grads_out
@@ -103,39 +105,44 @@ def bench_impl(name, fwd, inputs, params, reps, with_profile=False):
         del outs
 
     fwd_bwd()
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fwd_bwd()
-    torch.cuda.synchronize()
-    peak = (torch.cuda.max_memory_allocated() - base) / 2**30
-    t_f = timed(forward_train, reps)
-    t_fb = timed(fwd_bwd, reps)
-    t_fb_pipe = timed_pipelined(fwd_bwd, reps)
-    if with_profile:
-        profile(f"{name} forward", forward_train)
-        profile(f"{name} forward+backward", fwd_bwd)
-    return dict(impl=name, forward_ms=t_f, backward_ms=t_fb - t_f, fwd_bwd_ms=t_fb, fwd_bwd_pipelined_ms=t_fb_pipe,
-                peak_extra_gib=peak)
+    peak = float("nan")
+    if cuda:
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fwd_bwd()
+        torch.cuda.synchronize()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+
+    def measure():
+        t_f = timed(forward_train, reps, device=device)
+        t_fb = timed(fwd_bwd, reps, device=device)
+        t_fb_pipe = timed_pipelined(fwd_bwd, reps, device=device)
+        return dict(forward_ms=t_f, backward_ms=t_fb - t_f, fwd_bwd_ms=t_fb, fwd_bwd_pipelined_ms=t_fb_pipe)
+    return peak, measure, dict(forward=forward_train, fwd_bwd=fwd_bwd)
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--configs", default="llama3-1b:8192,llama3-1b:32768,llama3-8b:8192,llama3-70b:8192")
     p.add_argument("--impls", default="coda,eager,compile,liger")
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=5, help="calls per timing per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="cuda")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--commit", default="unknown")
     p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
     args = p.parse_args()
     impls = args.impls.split(",")
+    dev = args.device
+    gpu = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
     lines = []
     for item in args.configs.split(","):
         name, M = item.split(":")
         cfg, M = CONFIGS[name], int(M)
-        w, y0, x0, pos, inv, cos, sin = make(cfg, M)
-        rows = []
-        for impl in impls:
+        w, y0, x0, pos, inv, cos, sin = make(cfg, M, device=dev)
+        prepared, errors = {}, {}
+        for impl in impls:  # build and warm every implementation, then time them taking turns
             try:
                 if impl == "coda":
                     fwd, params = coda_runner(cfg, w, pos, inv)
@@ -149,20 +156,31 @@ def main():
                     fwd, params = (lambda a, b: torch_block(a, b, w, cos, sin, cfg, **lf)), list(w.values())
                 else:
                     raise ValueError(impl)
-                r = bench_impl(impl, fwd, [y0, x0], params, args.reps, args.profile)
+                prepared[impl] = prepare_impl(impl, fwd, [y0, x0], params, args.reps, dev)
             except Exception as e:  # report, do not hide: the line says what failed
-                r = dict(impl=impl, error=f"{type(e).__name__}: {e}"[:300])
-            r.update(config=name, tokens=M, commit=args.commit, gpu=torch.cuda.get_device_name())
+                errors[impl] = f"{type(e).__name__}: {e}"[:300]
+        times = interleaved({k: v[1] for k, v in prepared.items()}, args.rounds)
+        rows = []
+        for impl in impls:
+            r = dict(impl=impl, **(times.get(impl) or {"error": errors.get(impl, "not run")}))
+            if "error" not in r:
+                r["peak_extra_gib"] = prepared[impl][0]
+            r.update(config=name, tokens=M, commit=args.commit, gpu=gpu)
             rows.append(r)
             print(json.dumps(r), flush=True)
+        if args.profile and dev == "cuda":
+            for impl, (_, _, calls) in prepared.items():
+                profile(f"{impl} forward", calls["forward"])
+                profile(f"{impl} forward+backward", calls["fwd_bwd"])
         base = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
         for r in rows:
             if base and "error" not in r:
                 for k in ("forward_ms", "backward_ms", "fwd_bwd_ms", "fwd_bwd_pipelined_ms"):
                     r[k.replace("_ms", "_vs_coda")] = r[k] / base[k]
         lines += rows
-        del w, y0, x0
-        torch.cuda.empty_cache()
+        del w, y0, x0, prepared
+        if dev == "cuda":
+            torch.cuda.empty_cache()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a") as f:

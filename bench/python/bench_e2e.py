@@ -91,7 +91,9 @@ def run(impl, base, ids, args, device, dtype):
     first_loss, times = None, []
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    for i in range(args.warmup + args.steps):
+    sampler = common.GpuSampler()
+
+    def one_training_step(i):
         sync(device)
         t0 = time.perf_counter()
         loss = step(ids)
@@ -100,10 +102,16 @@ def run(impl, base, ids, args, device, dtype):
             opt.step()
         model.zero_grad(set_to_none=True)
         sync(device)
-        if i == 0:
-            first_loss = loss.float().item()
-        if i >= args.warmup:
+        if i >= max(args.warmup, 1):
             times.append(time.perf_counter() - t0)
+        return loss
+    warmup = max(args.warmup, 1)  # the first step (compilation, autotuning) is never timed
+    first_loss = one_training_step(0).float().item()
+    for i in range(1, warmup):
+        one_training_step(i)
+    with sampler:  # the GPU's clock and power during the timed steps
+        for i in range(warmup, warmup + args.steps):
+            one_training_step(i)
     t = statistics.median(times)
     if args.profile and device.type == "cuda":
         def one_step():
@@ -115,7 +123,8 @@ def run(impl, base, ids, args, device, dtype):
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return dict(impl=impl, step_ms=1e3 * t, tokens_per_s=ids.numel() / t, peak_mem_gib=peak, first_loss=first_loss)
+    return dict(impl=impl, step_ms=1e3 * t, tokens_per_s=ids.numel() / t, peak_mem_gib=peak, first_loss=first_loss,
+                **sampler.summary())
 
 
 def main():
@@ -128,6 +137,8 @@ def main():
     p.add_argument("--optimizer", action="store_true", help="include AdamW's step in the timed step")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the implementations this many times, the order rotated by one each time; median")
     p.add_argument("--device", default="cuda")
     p.add_argument("--out", type=Path)
     p.add_argument("--commit", default="unknown")
@@ -139,36 +150,59 @@ def main():
     base = hf_model(args.shape, device, dtype, args.layers)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, base.config.vocab_size, (args.batch, args.seq), generator=g).to(device)
+    impls = args.impls.split(",")
+    runs = {impl: [] for impl in impls}
+    for rnd in range(args.rounds):  # the order rotated by one per round: see common.interleaved
+        for j in range(len(impls)):
+            impl = impls[(rnd + j) % len(impls)]
+            if runs[impl] and "error" in runs[impl][-1]:
+                continue
+            try:
+                r = run(impl, base, ids, args, device, dtype)
+            except Exception as e:  # reported in the table, never hidden
+                r = dict(impl=impl, error=f"{type(e).__name__}: {e}"[:300])
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            r["round"] = rnd
+            runs[impl].append(r)
+            print(json.dumps(r), flush=True)
     rows = []
-    for impl in args.impls.split(","):
-        try:
-            r = run(impl, base, ids, args, device, dtype)
-        except Exception as e:  # reported in the table, never hidden
-            r = dict(impl=impl, error=f"{type(e).__name__}: {e}"[:300])
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    for impl in impls:
+        got = runs[impl]
+        if any("error" in r for r in got):
+            r = next(r for r in got if "error" in r)
+        else:  # median step over rounds; the peak is the largest; telemetry averaged
+            r = dict(got[0])
+            r["step_ms"] = statistics.median(x["step_ms"] for x in got)
+            r["tokens_per_s"] = ids.numel() / (r["step_ms"] / 1e3)
+            r["peak_mem_gib"] = max(x["peak_mem_gib"] for x in got)
+            r["step_ms_rounds"] = [x["step_ms"] for x in got]
+            for k in ("sm_clock_mhz", "power_w"):
+                if all(k in x for x in got):
+                    r[k] = statistics.mean(x[k] for x in got)
+            r.pop("round", None)
         r.update(shape=args.shape, layers=base.config.num_hidden_layers, batch=args.batch, seq=args.seq,
-                 optimizer=args.optimizer, commit=args.commit,
+                 optimizer=args.optimizer, commit=args.commit, rounds=len(got),
                  gpu=torch.cuda.get_device_name() if device.type == "cuda" else "cpu")
         rows.append(r)
-        print(json.dumps(r), flush=True)
     ref = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
-    print(f"| impl | step ms | tokens/s | CODA's tokens/s over it | peak GiB | first loss |  "
+    print(f"| impl | step ms | tokens/s | CODA's tokens/s over it | peak GiB | first loss | SM MHz, W |  "
           f"({args.shape}, {args.batch} x {args.seq}{', AdamW' if args.optimizer else ''})")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['impl']} | error: {r['error'][:90]} |")
             continue
         ratio = ref["tokens_per_s"] / r["tokens_per_s"] if ref else float("nan")
+        tele = f"{r['sm_clock_mhz']:.0f}, {r['power_w']:.0f}" if "sm_clock_mhz" in r else "-"
         print(f"| {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {ratio:.3f} | {r['peak_mem_gib']:.1f} | "
-              f"{r['first_loss']:.5f} |")
+              f"{r['first_loss']:.5f} | {tele} |")
 
 
 if __name__ == "__main__":

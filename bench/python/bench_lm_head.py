@@ -1,7 +1,9 @@
 """LM head + cross-entropy benchmark (issue 7): final RMSNorm + LM head + loss, forward+backward, at llama3-1B
 (d = 2048, V = 128256): CODA's linear_cross_entropy vs PyTorch eager (materialised logits), torch.compile of it,
-and Liger's fused linear cross-entropy (with Liger's RMSNorm before it). Time (median of --reps, CUDA events) and
-peak memory above the inputs (torch.cuda.max_memory_allocated) of one forward+backward.
+and Liger's fused linear cross-entropy (with Liger's RMSNorm before it). Time: --rounds rounds, in each every
+implementation in turn times --reps calls (CUDA events around each, median); median over rounds (why they take
+turns: common.interleaved). Peak memory above the inputs (torch.cuda.max_memory_allocated) of one forward+backward.
+--device cpu with small --tokens/--vocab is a smoke test (wall clock, no Liger).
 
     python bench/python/bench_lm_head.py --tokens 8192 --out bench/results/lm_head_torch.jsonl
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import EPS, hf_rms_norm, profile, timed
+from common import EPS, hf_rms_norm, interleaved, profile, timed
 
 import coda
 
@@ -45,45 +47,62 @@ def main():
     p.add_argument("--tokens", type=int, default=8192)
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=128256)
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=5, help="calls per timing per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="cuda")
     p.add_argument("--out", type=Path)
     p.add_argument("--commit", default="unknown")
     p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
     a = p.parse_args()
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    dev = a.device
+    cuda = dev == "cuda"
+    gen = torch.Generator(device=dev).manual_seed(0)
     M, d, V = a.tokens, a.hidden, a.vocab
-    x = (torch.randn(M, d, device="cuda", generator=gen) * 3).bfloat16().requires_grad_()
-    g = (1 + 0.1 * torch.randn(d, device="cuda", generator=gen)).bfloat16().requires_grad_()
-    w = (0.02 * torch.randn(V, d, device="cuda", generator=gen)).bfloat16().requires_grad_()
-    t = torch.randint(0, V, (M,), device="cuda", generator=gen)
-    rows, losses = [], {}
-    for name, fn in impls().items():
-        def step():
+    x = (torch.randn(M, d, device=dev, generator=gen) * 3).bfloat16().requires_grad_()
+    g = (1 + 0.1 * torch.randn(d, device=dev, generator=gen)).bfloat16().requires_grad_()
+    w = (0.02 * torch.randn(V, d, device=dev, generator=gen)).bfloat16().requires_grad_()
+    t = torch.randint(0, V, (M,), device=dev, generator=gen)
+    fns, measures, info, errors = impls(), {}, {}, {}
+    for name, fn in fns.items():  # loss and peak memory of each, then the timings taking turns
+        def step(fn=fn):
             loss = fn(x, g, w, t)
             loss.backward()
             x.grad = g.grad = w.grad = None
             return loss
-        try:
-            losses[name] = step().item()
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            step()
-            torch.cuda.synchronize()
-            peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+
+        def forward(fn=fn):
             with torch.no_grad():
-                t_f = timed(lambda: fn(x, g, w, t), a.reps)
-            t_fb = timed(step, a.reps)
-            r = dict(impl=name, forward_ms=t_f, fwd_bwd_ms=t_fb, peak_extra_gib=peak, loss=losses[name])
-            if a.profile:
-                with torch.no_grad():
-                    profile(f"{name} forward (no grad)", lambda: fn(x, g, w, t))
-                profile(f"{name} forward+backward", step)
+                fn(x, g, w, t)
+
+        def measure(step=step, forward=forward):
+            return dict(forward_ms=timed(forward, a.reps, device=dev), fwd_bwd_ms=timed(step, a.reps, device=dev))
+        try:
+            loss = step().item()
+            peak = float("nan")
+            if cuda:
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                step()
+                torch.cuda.synchronize()
+                peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+            info[name] = dict(peak_extra_gib=peak, loss=loss, calls=(forward, step))
+            measures[name] = measure
         except Exception as e:
-            r = dict(impl=name, error=f"{type(e).__name__}: {e}"[:300])
-        r.update(tokens=M, hidden=d, vocab=V, commit=a.commit, gpu=torch.cuda.get_device_name())
+            errors[name] = f"{type(e).__name__}: {e}"[:300]
+    times = interleaved(measures, a.rounds)
+    rows = []
+    for name in fns:
+        r = dict(impl=name, **(times.get(name) or {"error": errors.get(name, "not run")}))
+        if "error" not in r:
+            r.update(peak_extra_gib=info[name]["peak_extra_gib"], loss=info[name]["loss"])
+        r.update(tokens=M, hidden=d, vocab=V, commit=a.commit, gpu=torch.cuda.get_device_name() if cuda else "cpu")
         rows.append(r)
         print(json.dumps(r), flush=True)
+    if a.profile and cuda:
+        for name, i in info.items():
+            profile(f"{name} forward (no grad)", i["calls"][0])
+            profile(f"{name} forward+backward", i["calls"][1])
     base = next(r for r in rows if r["impl"] == "coda")
     if a.out:
         with open(a.out, "a") as f:

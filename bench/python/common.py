@@ -56,12 +56,17 @@ def timed(fn, reps, warmup=3, device="cuda"):
     return statistics.median(ts)
 
 
-def timed_pipelined(fn, reps, warmup=3):
+def timed_pipelined(fn, reps, warmup=3, device="cuda"):
     """Mean milliseconds per call of `reps` back-to-back calls of fn (CUDA events around the whole loop, one
     synchronize at the end): the CPU enqueues ahead of the GPU as in a training loop, so per-call host overhead is
     hidden wherever the GPU work is longer. `timed` (each call synchronized) exposes it; report both."""
     for _ in range(warmup):
         fn()
+    if device != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return 1e3 * (time.perf_counter() - t0) / reps
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
@@ -70,6 +75,76 @@ def timed_pipelined(fn, reps, warmup=3):
     b.record()
     b.synchronize()
     return a.elapsed_time(b) / reps
+
+
+def interleaved(measures, rounds):
+    """{name: fn() -> {key: ms}} -> {name: {key: median over rounds}}, or {name: {"error": ...}} for one that
+    raised (it is dropped from later rounds). Every round runs each measure once, the order rotated by one per
+    round. On the H200, timing one implementation's calls after another's moved ratios by up to ~10 % (the same
+    cuBLAS kernel, bench/results/gemm_torch_h200_ba4949a.md); taking turns spreads the GPU's clock drift over
+    all of them."""
+    names = list(measures)
+    got = {n: [] for n in names}
+    errors = {}
+    for r in range(rounds):
+        for j in range(len(names)):
+            n = names[(r + j) % len(names)]
+            if n in errors:
+                continue
+            try:
+                got[n].append(measures[n]())
+            except Exception as e:  # report, do not hide: the row says what failed
+                errors[n] = f"{type(e).__name__}: {e}"[:300]
+    out = {}
+    for n in names:
+        if n in errors:
+            out[n] = {"error": errors[n]}
+        else:
+            out[n] = {k: statistics.median(d[k] for d in got[n]) for k in got[n][0]}
+            out[n]["rounds"] = len(got[n])
+    return out
+
+
+class GpuSampler:
+    """SM clock (MHz), power (W) and temperature (C) of the current GPU, sampled by `nvidia-smi -lms` while the
+    `with` block runs: `.summary()` gives their means and extremes, or {} where nvidia-smi is missing. A ratio
+    between two implementations reads differently when one of them ran at a lower clock."""
+
+    def __init__(self, period_ms=50):
+        self.period_ms, self.proc, self.lines = period_ms, None, []
+
+    def __enter__(self):
+        import shutil
+        import subprocess
+        exe = shutil.which("nvidia-smi")
+        if exe is None or not torch.cuda.is_available():
+            return self
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        gpu = f"GPU-{props.uuid}" if getattr(props, "uuid", None) else str(torch.cuda.current_device())
+        self.proc = subprocess.Popen([exe, "-i", gpu, "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                                      "--format=csv,noheader,nounits", f"-lms={self.period_ms}"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is not None:
+            self.proc.terminate()
+            out, _ = self.proc.communicate(timeout=10)
+            self.lines = [ln for ln in out.splitlines() if ln.strip()]
+        return False
+
+    def summary(self):
+        vals = []
+        for ln in self.lines:
+            try:
+                vals.append([float(v) for v in ln.split(",")])
+            except ValueError:
+                continue
+        if not vals:
+            return {}
+        clock, power, temp = zip(*vals)
+        return dict(sm_clock_mhz=statistics.mean(clock), sm_clock_min_mhz=min(clock), power_w=statistics.mean(power),
+                    power_max_w=max(power), temp_max_c=max(temp), telemetry_samples=len(vals))
 
 
 def short_kernel_name(name: str) -> str:

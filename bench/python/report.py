@@ -127,15 +127,16 @@ def render(out: Path):
         ref = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
         r0 = rows[0]
         md += [f"## {title}: {r0['shape']}, {r0['batch']} x {r0['seq']} tokens", "",
-               "| impl | step ms | tokens/s | CODA's tokens/s over it | peak GiB | first-step loss |",
-               "|---|---:|---:|---:|---:|---:|"]
+               "| impl | step ms | tokens/s | CODA's tokens/s over it | peak GiB | first-step loss | SM clock MHz, power W |",
+               "|---|---:|---:|---:|---:|---:|---|"]
         for r in rows:
             if "error" in r:
                 md.append(f"| {r['impl']} | {r['error'][:100]} | | | | |")
                 continue
             ratio = ref["tokens_per_s"] / r["tokens_per_s"] if ref else float("nan")
+            tele = f"{r['sm_clock_mhz']:.0f}, {r['power_w']:.0f}" if "sm_clock_mhz" in r else "-"
             md.append(f"| {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {ratio:.3f} | "
-                      f"{r['peak_mem_gib']:.1f} | {r['first_loss']:.5f} |")
+                      f"{r['peak_mem_gib']:.1f} | {r['first_loss']:.5f} | {tele} |")
             if ref and r is not ref:
                 e2e_vals[(group, r["impl"])] = ratio
                 e2e_series += [r["impl"]] if r["impl"] not in e2e_series else []
@@ -183,7 +184,8 @@ def main():
         run([py, HERE / "bench_lm_head.py", "--tokens", "8192", "--out", out / "lm_head.jsonl", "--commit", c],
             out / "lm_head.log")
     if "e2e" in parts:
-        e2e = ["--batch", "4", "--seq", "8192"] + (["--layers", "2", "--steps", "2", "--warmup", "1"] if a.quick else [])
+        e2e = ["--batch", "4", "--seq", "8192"] + (["--layers", "2", "--steps", "2", "--warmup", "1"] if a.quick
+                                                   else ["--rounds", "2"])
         run([py, HERE / "bench_e2e.py", *e2e, "--out", out / "e2e.jsonl", "--commit", c], out / "e2e.log")
         run([py, HERE / "bench_e2e.py", *e2e, "--optimizer", "--out", out / "e2e_adamw.jsonl", "--commit", c],
             out / "e2e_adamw.log")
