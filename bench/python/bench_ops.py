@@ -5,8 +5,9 @@ and Liger Kernel's kernels where Liger has the op.
     python bench/python/bench_ops.py --configs llama3-1b,llama3-8b,llama3-70b --tokens 16384 --out ops.jsonl
 
 Ops: qkv_rope (RMSNorm + q/k/v projection + RoPE), swiglu_mlp (RMSNorm + gate/up + SwiGLU + down + residual),
-cross_entropy (stored logits, V = 128256). Timing: CUDA events, median of --reps; backward gets fixed random
-output gradients. `gemm_only` is the lower bound a fused op aims at: its GEMMs through cuBLAS with no other work.
+cross_entropy (stored logits, V = 128256). Timing: CUDA events, median of --reps calls per round, median over
+--rounds rounds in which the implementations take turns (common.interleaved); backward gets fixed random output
+gradients. `gemm_only` is the lower bound a fused op aims at: its GEMMs through cuBLAS with no other work.
 --device cpu runs tiny shapes for a smoke test (no Liger).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import CONFIGS, EPS, hf_rms_norm, rotate_half, timed
+from common import CONFIGS, EPS, hf_rms_norm, interleaved, rotate_half, timed
 
 import coda
 
@@ -115,7 +116,8 @@ def ce_case(cfg, M, dev, dt, g, V=128256):
 CASES = {"qkv_rope": qkv_case, "swiglu_mlp": mlp_case, "cross_entropy": ce_case}
 
 
-def measure(fn, reps, dev):
+def prepare(fn, reps, dev):
+    """Warms fn up (its first call also draws the output gradients) and returns measure(): one timing round."""
     outs = fn()
     grads = [torch.randn_like(o) for o in outs]
 
@@ -126,8 +128,11 @@ def measure(fn, reps, dev):
     def fwd():
         o = fn()
         del o
-    t_f, t_fb = timed(fwd, reps, 5, dev), timed(fb, reps, 5, dev)
-    return dict(forward_ms=t_f, fwd_bwd_ms=t_fb, backward_ms=t_fb - t_f)
+
+    def measure():
+        t_f, t_fb = timed(fwd, reps, 2, dev), timed(fb, reps, 2, dev)
+        return dict(forward_ms=t_f, fwd_bwd_ms=t_fb, backward_ms=t_fb - t_f)
+    return measure
 
 
 def main():
@@ -135,7 +140,8 @@ def main():
     p.add_argument("--configs", default="llama3-1b,llama3-8b,llama3-70b")
     p.add_argument("--ops", default=",".join(CASES))
     p.add_argument("--tokens", type=int, default=16384)
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=5, help="calls per timing per round")
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--device", default="cuda")
     p.add_argument("--out", type=Path)
     p.add_argument("--commit", default="unknown")
@@ -147,16 +153,18 @@ def main():
         for op in a.ops.split(","):
             g = torch.Generator(device=dev).manual_seed(0)
             impls = CASES[op](CONFIGS[cname], a.tokens, dev, dt, g)
-            base = None
+            measures, errors = {}, {}
             for name, fn in impls.items():
                 try:
-                    r = measure(fn, a.reps, dev)
+                    measures[name] = prepare(fn, a.reps, dev)
                 except Exception as e:  # reported, never hidden
-                    r = dict(error=f"{type(e).__name__}: {e}"[:300])
+                    errors[name] = f"{type(e).__name__}: {e}"[:300]
+            times = interleaved(measures, a.rounds)  # the implementations take turns: see common.interleaved
+            base = times.get("coda") if "error" not in times.get("coda", {"error": 1}) else None
+            for name in impls:
+                r = dict(times.get(name) or {"error": errors.get(name, "not run")})
                 r.update(op=op, config=cname, tokens=a.tokens, impl=name, commit=a.commit,
                          gpu=torch.cuda.get_device_name() if dev == "cuda" else "cpu")
-                if name == "coda" and "error" not in r:
-                    base = r
                 if base and "error" not in r:
                     r["fwd_bwd_vs_coda"] = r["fwd_bwd_ms"] / base["fwd_bwd_ms"]
                     r["forward_vs_coda"] = r["forward_ms"] / base["forward_ms"]
