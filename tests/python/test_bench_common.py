@@ -1,0 +1,48 @@
+"""The benchmark suite's timing helpers (bench/python/common.py), on the CPU: implementations take turns in
+rotating order, a failing one is reported and dropped, the result is the median over rounds."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "python"))
+
+import common  # noqa: E402
+
+
+def test_interleaved_rotates_order_and_takes_medians():
+    order = []
+
+    def measure(name, values):
+        it = iter(values)
+
+        def fn():
+            order.append(name)
+            return {"ms": next(it)}
+        return fn
+    out = common.interleaved({"a": measure("a", [1.0, 9.0, 2.0]), "b": measure("b", [5.0, 4.0, 6.0]),
+                              "c": measure("c", [7.0, 7.0, 0.5])}, rounds=3)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert out["a"] == {"ms": 2.0, "rounds": 3}
+    assert out["b"] == {"ms": 5.0, "rounds": 3}
+    assert out["c"] == {"ms": 7.0, "rounds": 3}
+
+
+def test_interleaved_reports_a_failure_and_drops_it():
+    calls = {"ok": 0, "bad": 0}
+
+    def ok():
+        calls["ok"] += 1
+        return {"ms": 1.0}
+
+    def bad():
+        calls["bad"] += 1
+        raise RuntimeError("out of memory")
+    out = common.interleaved({"ok": ok, "bad": bad}, rounds=4)
+    assert calls == {"ok": 4, "bad": 1}
+    assert out["bad"] == {"error": "RuntimeError: out of memory"}
+    assert out["ok"]["ms"] == 1.0 and out["ok"]["rounds"] == 4
+
+
+def test_gpu_sampler_without_a_gpu_gives_nothing():
+    with common.GpuSampler() as s:
+        pass
+    assert isinstance(s.summary(), dict)
