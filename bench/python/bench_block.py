@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import CONFIGS, EPS, hf_rms_norm, interleaved, profile, rotate_half, timed, timed_pipelined
+from common import (CONFIGS, EPS, hf_rms_norm, interleaved, is_cuda, profile, rotate_half, timed,
+                    timed_pipelined)
 
 import coda
 
@@ -88,7 +89,7 @@ def prepare_impl(name, fwd, inputs, params, reps, device="cuda"):
     """Warms fwd up, measures its peak memory, and returns (peak GiB, measure, profiled calls): measure() times it
     once (one round of common.interleaved)."""
     grads_out = None
-    cuda = device == "cuda"
+    cuda = is_cuda(device)
 
     def fwd_bwd():
         nonlocal grads_out
@@ -105,7 +106,7 @@ def prepare_impl(name, fwd, inputs, params, reps, device="cuda"):
         del outs
 
     fwd_bwd()
-    peak = float("nan")
+    peak = None  # not measured on the CPU
     if cuda:
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
@@ -118,7 +119,7 @@ def prepare_impl(name, fwd, inputs, params, reps, device="cuda"):
         t_f = timed(forward_train, reps, device=device)
         t_fb = timed(fwd_bwd, reps, device=device)
         t_fb_pipe = timed_pipelined(fwd_bwd, reps, device=device)
-        return dict(forward_ms=t_f, backward_ms=t_fb - t_f, fwd_bwd_ms=t_fb, fwd_bwd_pipelined_ms=t_fb_pipe)
+        return dict(forward_ms=t_f, fwd_bwd_ms=t_fb, fwd_bwd_pipelined_ms=t_fb_pipe)
     return peak, measure, dict(forward=forward_train, fwd_bwd=fwd_bwd)
 
 
@@ -135,7 +136,8 @@ def main():
     args = p.parse_args()
     impls = args.impls.split(",")
     dev = args.device
-    gpu = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
+    cuda = is_cuda(dev)
+    gpu = torch.cuda.get_device_name() if cuda else "cpu"
     lines = []
     for item in args.configs.split(","):
         name, M = item.split(":")
@@ -163,12 +165,13 @@ def main():
         rows = []
         for impl in impls:
             r = dict(impl=impl, **(times.get(impl) or {"error": errors.get(impl, "not run")}))
-            if "error" not in r:
+            if "error" not in r:  # backward from the medians, so that fwd + bwd = f+b in every row
+                r["backward_ms"] = r["fwd_bwd_ms"] - r["forward_ms"]
                 r["peak_extra_gib"] = prepared[impl][0]
             r.update(config=name, tokens=M, commit=args.commit, gpu=gpu)
             rows.append(r)
             print(json.dumps(r), flush=True)
-        if args.profile and dev == "cuda":
+        if args.profile and cuda:
             for impl, (_, _, calls) in prepared.items():
                 profile(f"{impl} forward", calls["forward"])
                 profile(f"{impl} forward+backward", calls["fwd_bwd"])
@@ -179,7 +182,7 @@ def main():
                     r[k.replace("_ms", "_vs_coda")] = r[k] / base[k]
         lines += rows
         del w, y0, x0, prepared
-        if dev == "cuda":
+        if cuda:
             torch.cuda.empty_cache()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -196,7 +199,7 @@ def main():
         print(f"| {r['config']} | {r['tokens']} | {r['impl']} | {r['forward_ms']:.2f} | {r['backward_ms']:.2f} | "
               f"{r['fwd_bwd_ms']:.2f} | {r.get('fwd_bwd_vs_coda', float('nan')):.3f} | "
               f"{r['fwd_bwd_pipelined_ms']:.2f} | {r.get('fwd_bwd_pipelined_vs_coda', float('nan')):.3f} | "
-              f"{r['peak_extra_gib']:.2f} |")
+              f"{'-' if r['peak_extra_gib'] is None else format(r['peak_extra_gib'], '.2f')} |")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ Implementations (all bf16 parameters and compute, SDPA attention, the same initi
   hf            transformers' LlamaForCausalLM, eager
   hf-compile    torch.compile of it (whole model: HF then builds an explicit causal mask, see build())
   hf-compile-layers  each decoder layer compiled (regional compilation), embeddings, final norm and loss eager
-  hf-liger      liger_kernel.transformers.apply_liger_kernel_to_llama on it (run last: Liger patches the module)
+  hf-liger      liger_kernel.transformers.apply_liger_kernel_to_llama on it. Liger also patches transformers'
+                modeling_llama module (its apply_rotary_pos_emb, looked up at call time), so run() restores that
+                module after the hf-liger run: the HF baselines measured after it in a round stay plain HF.
 Reported: median step time over --steps after --warmup, tokens/s, peak memory (torch.cuda.max_memory_allocated),
 and the first step's loss (same weights and batch for all: the losses must agree to bf16 noise).
 """
@@ -85,6 +87,21 @@ def sync(device):
 
 
 def run(impl, base, ids, args, device, dtype):
+    if impl != "hf-liger":
+        return run_built(impl, base, ids, args, device, dtype)
+    from transformers.models.llama import modeling_llama
+    saved = dict(vars(modeling_llama))
+    try:
+        return run_built(impl, base, ids, args, device, dtype)
+    finally:  # undo Liger's module-level patches
+        for k in [k for k in vars(modeling_llama) if k not in saved]:
+            delattr(modeling_llama, k)
+        for k, v in saved.items():
+            if vars(modeling_llama).get(k) is not v:
+                setattr(modeling_llama, k, v)
+
+
+def run_built(impl, base, ids, args, device, dtype):
     model, step = build(impl, base, device, dtype)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda") if args.optimizer else None
@@ -118,7 +135,7 @@ def run(impl, base, ids, args, device, dtype):
             step(ids).backward()
             model.zero_grad(set_to_none=True)
         common.profile(f"{impl} training step", one_step, reps=1, rows=25)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
     del model, opt, step
     gc.collect()
     if device.type == "cuda":
@@ -161,9 +178,9 @@ def main():
                 r = run(impl, base, ids, args, device, dtype)
             except Exception as e:  # reported in the table, never hidden
                 r = dict(impl=impl, error=f"{type(e).__name__}: {e}"[:300])
-                gc.collect()
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+            gc.collect()  # out here the exception's traceback (and the failed model it holds) is gone
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
             r["round"] = rnd
             runs[impl].append(r)
             print(json.dumps(r), flush=True)
@@ -176,11 +193,15 @@ def main():
             r = dict(got[0])
             r["step_ms"] = statistics.median(x["step_ms"] for x in got)
             r["tokens_per_s"] = ids.numel() / (r["step_ms"] / 1e3)
-            r["peak_mem_gib"] = max(x["peak_mem_gib"] for x in got)
+            r["peak_mem_gib"] = None if got[0]["peak_mem_gib"] is None else max(x["peak_mem_gib"] for x in got)
             r["step_ms_rounds"] = [x["step_ms"] for x in got]
-            for k in ("sm_clock_mhz", "power_w"):
+            for k, agg in (("sm_clock_mhz", statistics.mean), ("power_w", statistics.mean),
+                           ("sm_clock_min_mhz", min), ("power_max_w", max), ("temp_max_c", max),
+                           ("telemetry_samples", sum)):
                 if all(k in x for x in got):
-                    r[k] = statistics.mean(x[k] for x in got)
+                    r[k] = agg(x[k] for x in got)
+                else:
+                    r.pop(k, None)
             r.pop("round", None)
         r.update(shape=args.shape, layers=base.config.num_hidden_layers, batch=args.batch, seq=args.seq,
                  optimizer=args.optimizer, commit=args.commit, rounds=len(got),
@@ -201,7 +222,8 @@ def main():
             continue
         ratio = ref["tokens_per_s"] / r["tokens_per_s"] if ref else float("nan")
         tele = f"{r['sm_clock_mhz']:.0f}, {r['power_w']:.0f}" if "sm_clock_mhz" in r else "-"
-        print(f"| {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {ratio:.3f} | {r['peak_mem_gib']:.1f} | "
+        peak = "-" if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}"
+        print(f"| {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {ratio:.3f} | {peak} | "
               f"{r['first_loss']:.5f} | {tele} |")
 
 

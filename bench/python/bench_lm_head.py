@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import EPS, hf_rms_norm, interleaved, profile, timed
+from common import EPS, hf_rms_norm, interleaved, is_cuda, profile, timed
 
 import coda
 
@@ -55,7 +55,7 @@ def main():
     p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
     a = p.parse_args()
     dev = a.device
-    cuda = dev == "cuda"
+    cuda = is_cuda(dev)
     gen = torch.Generator(device=dev).manual_seed(0)
     M, d, V = a.tokens, a.hidden, a.vocab
     x = (torch.randn(M, d, device=dev, generator=gen) * 3).bfloat16().requires_grad_()
@@ -78,7 +78,7 @@ def main():
             return dict(forward_ms=timed(forward, a.reps, device=dev), fwd_bwd_ms=timed(step, a.reps, device=dev))
         try:
             loss = step().item()
-            peak = float("nan")
+            peak = None  # not measured on the CPU
             if cuda:
                 torch.cuda.synchronize()
                 base = torch.cuda.memory_allocated()
@@ -103,7 +103,7 @@ def main():
         for name, i in info.items():
             profile(f"{name} forward (no grad)", i["calls"][0])
             profile(f"{name} forward+backward", i["calls"][1])
-    base = next(r for r in rows if r["impl"] == "coda")
+    base = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
     if a.out:
         with open(a.out, "a") as f:
             for r in rows:
@@ -114,8 +114,10 @@ def main():
         if "error" in r:
             print(f"| {r['impl']} | error: {r['error'][:80]} |")
         else:
-            print(f"| {r['impl']} | {r['forward_ms']:.2f} | {r['fwd_bwd_ms']:.2f} | "
-                  f"{r['fwd_bwd_ms'] / base['fwd_bwd_ms']:.3f} | {r['peak_extra_gib']:.2f} | {r['loss']:.5f} |")
+            ratio = r["fwd_bwd_ms"] / base["fwd_bwd_ms"] if base else float("nan")
+            peak = "-" if r["peak_extra_gib"] is None else f"{r['peak_extra_gib']:.2f}"
+            print(f"| {r['impl']} | {r['forward_ms']:.2f} | {r['fwd_bwd_ms']:.2f} | {ratio:.3f} | {peak} | "
+                  f"{r['loss']:.5f} |")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import CONFIGS, EPS, hf_rms_norm, interleaved, rotate_half, timed
+from common import CONFIGS, EPS, hf_rms_norm, interleaved, is_cuda, rotate_half, timed
 
 import coda
 
@@ -66,7 +66,7 @@ def qkv_case(cfg, M, dev, dt, g):
         "eager": torch_fn(),
         "compile": torch.compile(torch_fn(), fullgraph=True),
     }
-    if lg and dev == "cuda":
+    if lg and is_cuda(dev):
         impls["liger"] = torch_fn(lg["norm"], lg["rope"])
     return impls
 
@@ -94,7 +94,7 @@ def mlp_case(cfg, M, dev, dt, g):
         "eager": torch_fn(),
         "compile": torch.compile(torch_fn(), fullgraph=True),
     }
-    if lg and dev == "cuda":
+    if lg and is_cuda(dev):
         impls["liger"] = torch_fn(lg["norm"], lg["silu_mul"])
     return impls
 
@@ -108,7 +108,7 @@ def ce_case(cfg, M, dev, dt, g, V=128256):
     impls = {"coda": lambda: (coda.ops.cross_entropy(logits, t),), "eager": ce,
              "compile": torch.compile(ce, fullgraph=True)}
     lg = liger()
-    if lg and dev == "cuda":
+    if lg and is_cuda(dev):
         impls["liger"] = lambda: (lg["ce"](logits, t),)
     return impls
 
@@ -131,7 +131,7 @@ def prepare(fn, reps, dev):
 
     def measure():
         t_f, t_fb = timed(fwd, reps, 2, dev), timed(fb, reps, 2, dev)
-        return dict(forward_ms=t_f, fwd_bwd_ms=t_fb, backward_ms=t_fb - t_f)
+        return dict(forward_ms=t_f, fwd_bwd_ms=t_fb)
     return measure
 
 
@@ -147,7 +147,7 @@ def main():
     p.add_argument("--commit", default="unknown")
     a = p.parse_args()
     dev = a.device
-    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    dt = torch.bfloat16 if is_cuda(dev) else torch.float32
     rows = []
     for cname in a.configs.split(","):
         for op in a.ops.split(","):
@@ -163,15 +163,17 @@ def main():
             base = times.get("coda") if "error" not in times.get("coda", {"error": 1}) else None
             for name in impls:
                 r = dict(times.get(name) or {"error": errors.get(name, "not run")})
+                if "error" not in r:  # from the medians, so that fwd + bwd = f+b
+                    r["backward_ms"] = r["fwd_bwd_ms"] - r["forward_ms"]
                 r.update(op=op, config=cname, tokens=a.tokens, impl=name, commit=a.commit,
-                         gpu=torch.cuda.get_device_name() if dev == "cuda" else "cpu")
+                         gpu=torch.cuda.get_device_name() if is_cuda(dev) else "cpu")
                 if base and "error" not in r:
                     r["fwd_bwd_vs_coda"] = r["fwd_bwd_ms"] / base["fwd_bwd_ms"]
                     r["forward_vs_coda"] = r["forward_ms"] / base["forward_ms"]
                 rows.append(r)
                 print(json.dumps(r), flush=True)
             del impls
-            if dev == "cuda":
+            if is_cuda(dev):
                 torch.cuda.empty_cache()
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)

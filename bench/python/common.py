@@ -35,14 +35,20 @@ def rotate_half(x):
     return torch.cat((-b, a), dim=-1)
 
 
+def is_cuda(device) -> bool:
+    """device ("cuda", "cuda:1", torch.device) is a CUDA device."""
+    return torch.device(device).type == "cuda"
+
+
 def timed(fn, reps, warmup=3, device="cuda"):
     """Median milliseconds of fn() over reps calls after warmup calls: CUDA events on the GPU (each call synchronised
     at its end), wall clock on the CPU."""
+    cuda = is_cuda(device)
     for _ in range(warmup):
         fn()
     ts = []
     for _ in range(reps):
-        if device == "cuda":
+        if cuda:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             fn()
@@ -62,7 +68,7 @@ def timed_pipelined(fn, reps, warmup=3, device="cuda"):
     hidden wherever the GPU work is longer. `timed` (each call synchronized) exposes it; report both."""
     for _ in range(warmup):
         fn()
-    if device != "cuda":
+    if not is_cuda(device):
         t0 = time.perf_counter()
         for _ in range(reps):
             fn()
@@ -80,10 +86,11 @@ def timed_pipelined(fn, reps, warmup=3, device="cuda"):
 def interleaved(measures, rounds):
     """{name: fn() -> {key: ms}} -> {name: {key: median over rounds}}, or {name: {"error": ...}} for one that
     raised (it is dropped from later rounds). Every round runs each measure once, the order rotated by one per
-    round. On the H200, timing one implementation's calls after another's moved ratios by up to ~10 % (the same
-    cuBLAS kernel, bench/results/gemm_torch_h200_ba4949a.md); taking turns spreads the GPU's clock drift over
+    round. On the H200, timing one implementation's calls after another's moved ratios by up to 12 % for the same
+    cuBLAS kernel on the same operands (bench/results/gemm_torch_h200_ba4949a.md); taking turns spreads the GPU's clock drift over
     all of them."""
     names = list(measures)
+    rounds = max(1, rounds)
     got = {n: [] for n in names}
     errors = {}
     for r in range(rounds):
@@ -107,11 +114,12 @@ def interleaved(measures, rounds):
 
 class GpuSampler:
     """SM clock (MHz), power (W) and temperature (C) of the current GPU, sampled by `nvidia-smi -lms` while the
-    `with` block runs: `.summary()` gives their means and extremes, or {} where nvidia-smi is missing. A ratio
-    between two implementations reads differently when one of them ran at a lower clock."""
+    `with` block runs: `.summary()` gives their means and extremes, or {} where nvidia-smi is missing or gave
+    nothing (e.g. a MIG instance, whose clocks it does not report). A ratio between two implementations reads
+    differently when one of them ran at a lower clock."""
 
     def __init__(self, period_ms=50):
-        self.period_ms, self.proc, self.lines = period_ms, None, []
+        self.period_ms, self.proc, self.file, self.lines = period_ms, None, None, []
 
     def __enter__(self):
         import shutil
@@ -121,16 +129,24 @@ class GpuSampler:
             return self
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         gpu = f"GPU-{props.uuid}" if getattr(props, "uuid", None) else str(torch.cuda.current_device())
+        self.file = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: nothing has to drain it meanwhile
         self.proc = subprocess.Popen([exe, "-i", gpu, "--query-gpu=clocks.sm,power.draw,temperature.gpu",
                                       "--format=csv,noheader,nounits", f"-lms={self.period_ms}"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                     stdout=self.file, stderr=subprocess.DEVNULL, text=True)
         return self
 
     def __exit__(self, *exc):
+        import subprocess
         if self.proc is not None:
             self.proc.terminate()
-            out, _ = self.proc.communicate(timeout=10)
-            self.lines = [ln for ln in out.splitlines() if ln.strip()]
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.file.seek(0)
+            self.lines = [ln for ln in self.file.read().splitlines() if ln.strip()]
+            self.file.close()
         return False
 
     def summary(self):

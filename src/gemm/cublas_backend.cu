@@ -88,19 +88,50 @@ cublasHandle_t thread_handle(int device) {
 /// Without it the handle keeps cuBLAS's smaller default pool and the heuristic skips kernels that need more.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-/// One workspace per (handle, stream): a handle is one thread's, but that thread may enqueue on several streams,
-/// and two GEMMs running at once must not share scratch. Allocated on first use, never freed (like the handles).
+/// Workspaces per handle, at most: past that a call keeps cuBLAS's default pool (bounded memory when a thread
+/// cycles through many streams; PyTorch's stream pool is bounded the same way).
+constexpr size_t kMaxWorkspacesPerHandle = 8;
+
+/// The handle's workspace for `stream`, or nullptr (then cuBLAS's default pool serves the call): when the stream
+/// has no id, the handle has kMaxWorkspacesPerHandle already, or the allocation fails (the error is cleared, so it
+/// is not reported later against an unrelated call).
+/// - One per (handle, stream): a handle is one thread's, but that thread may enqueue on several streams, and two
+///   GEMMs running at once must not share scratch. Keyed by cudaStreamGetId, which is never reused (a destroyed
+///   stream's address can be, while its work still runs).
+/// - Allocated on first use in relaxed capture mode: that first use may come while a CUDA graph is being captured
+///   (torch.cuda.graph captures on its own stream), where a plain cudaMalloc is refused and invalidates the capture.
+///   A graph captured on a stream uses that stream's workspace, so replay it where that stream's other work is
+///   ordered with it (as on the capturing stream).
+/// - Never freed (like the handles).
 void* stream_workspace(cublasHandle_t h, cudaStream_t stream) {
+  unsigned long long id = 0;
+  if (cudaStreamGetId(stream, &id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
   thread_local cublasHandle_t last_h = nullptr;  // the common case, one stream: no lock
-  thread_local cudaStream_t last_stream = nullptr;
+  thread_local unsigned long long last_id = 0;
   thread_local void* last_ws = nullptr;
-  if (last_ws != nullptr && h == last_h && stream == last_stream) return last_ws;
+  if (last_ws != nullptr && h == last_h && id == last_id) return last_ws;
   static std::mutex mutex;
-  static auto* const pool = new std::unordered_map<cublasHandle_t, std::unordered_map<cudaStream_t, void*>>();
+  static auto* const pool = new std::unordered_map<cublasHandle_t, std::unordered_map<unsigned long long, void*>>();
   std::lock_guard<std::mutex> lock(mutex);
-  void*& ws = (*pool)[h][stream];
-  if (ws == nullptr) CODA_CUDA_CHECK(cudaMalloc(&ws, kWorkspaceBytes));
-  last_h = h, last_stream = stream, last_ws = ws;
+  auto& mine = (*pool)[h];
+  auto it = mine.find(id);
+  void* ws = it != mine.end() ? it->second : nullptr;
+  if (ws == nullptr) {
+    if (mine.size() >= kMaxWorkspacesPerHandle) return nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CODA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaError_t const err = cudaMalloc(&ws, kWorkspaceBytes);
+    CODA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));  // back to the caller's mode
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    mine.emplace(id, ws);
+  }
+  last_h = h, last_id = id, last_ws = ws;
   return ws;
 }
 
@@ -132,7 +163,7 @@ void cublas_run(GemmArgs const& args, cudaStream_t stream) {
   cublasHandle_t const h = thread_handle(device);
   CODA_CUBLAS_CHECK(cublasSetStream(h, stream));
   // cublasSetStream resets the handle's workspace to cuBLAS's default: set ours after it, every call.
-  CODA_CUBLAS_CHECK(cublasSetWorkspace(h, stream_workspace(h, stream), kWorkspaceBytes));
+  if (void* ws = stream_workspace(h, stream)) CODA_CUBLAS_CHECK(cublasSetWorkspace(h, ws, kWorkspaceBytes));
 
   // Row-major D[M,N] = A B^T is column-major D^T[N,M] = B' A' with B' the N x K and A' the K x M operand.
   // B K-major (B(n,k) = B[n*ldb + k]) is a column-major K x N matrix: op T. B N-major: column-major N x K: op N.
