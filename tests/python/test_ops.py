@@ -358,3 +358,19 @@ def test_gpu_deterministic():
                                     [t for t in case if t.requires_grad])
         runs.append([o.detach().clone() for o in outs] + list(grads))
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype):
+    """The LM head's backward scales its saved fp32 dW by the upstream gradient and casts in one pass
+    (_library._scaled_cast): the same bits as the fp32 product rounded once, on the CPU and (with a GPU) there."""
+    from coda._library import _scaled_cast
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for dev in devices:
+        g = torch.Generator(device=dev).manual_seed(7)
+        t = torch.randn(5003, 40, generator=g, device=dev) * 300.0
+        for s in (1 / 8192, 0.37, 3.0e-7):
+            scale = torch.tensor(s, device=dev)
+            got, want = _scaled_cast(t, scale, dtype), (t * scale).to(dtype)
+            assert got.dtype == dtype and got.shape == t.shape
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (dev, s)
