@@ -4,9 +4,12 @@ the training comparison, then writes JSON lines, PNG plots and a Markdown report
     python bench/python/report.py                      # everything, into bench/results/python_<commit>/
     python bench/python/report.py --quick              # fewer configs and steps (a smoke run)
     python bench/python/report.py --only block,lm_head # some parts (gemm, ops, block, lm_head, e2e, train)
+    python bench/python/report.py --out /tmp/r        # elsewhere than bench/results/python_<commit>/
     python bench/python/report.py --render DIR         # re-render DIR's report.md and plots from its JSON lines
 
-Needs an sm_90 GPU, libcoda (tools/build or pip install .), transformers and (for its columns) liger-kernel.
+Needs an sm_90 GPU (it stops at once without one), libcoda (tools/build or pip install .), transformers and, for
+its Liger columns, liger-kernel (pip install liger-kernel; offline: tools/fetch-wheels, then pip install .whl/*).
+Exits non-zero when a part fails (the report still has the others; each part's log is in the folder).
 """
 from __future__ import annotations
 
@@ -29,13 +32,37 @@ def commit():
         return "unknown"
 
 
+FAILED = []  # (part's log, its last line) of every part that exited non-zero
+
+
 def run(cmd, log):
     print("$", " ".join(map(str, cmd)), flush=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(log, "w") as f:
         rc = subprocess.run(list(map(str, cmd)), stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     print(f"  rc={rc}, log {log}", flush=True)
+    if rc != 0:
+        lines = [ln for ln in Path(log).read_text(errors="replace").splitlines() if ln.strip()]
+        FAILED.append((log, lines[-1] if lines else "(empty log)"))
+        print(f"  FAILED: {FAILED[-1][1]}", flush=True)
     return rc
+
+
+PARTS = ("gemm", "ops", "block", "lm_head", "e2e", "train")
+
+
+def gpu_problem():
+    """Why this machine cannot run the suite (the benchmarks time CODA's sm_90 kernels), or None."""
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed (tools/install-deps --python)"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible (the suite needs an NVIDIA Hopper GPU, sm_90: H100/H200)"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return f"the GPU is sm_{major}{minor}; CODA's kernels need sm_90 (H100/H200)"
+    return None
 
 
 def load(path):
@@ -78,7 +105,8 @@ def render(out: Path):
     e2e_rows = [r for name in ("e2e.jsonl", "e2e_adamw.jsonl") for r in load(out / name) if "error" not in r]
     took_turns = (bool(timed_rows or e2e_rows) and all("rounds" in r for r in timed_rows)
                   and all(r.get("rounds", 1) > 1 for r in e2e_rows))
-    turns = ("The implementations of a table took turns (rotating order over rounds, median)." if took_turns else
+    turns = ("" if not (timed_rows or e2e_rows) else
+             "The implementations of a table took turns (rotating order over rounds, median)." if took_turns else
              "Within some or all tables the implementations ran one after the other, CODA first: on the H200 that "
              "order alone moved ratios by up to 12 % in a GEMM bench (bench/results/gemm_torch_h200_ba4949a.md), "
              "so read differences of a few percent as ties.")
@@ -187,19 +215,26 @@ def render(out: Path):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", default="gemm,ops,block,lm_head,e2e,train")
-    p.add_argument("--render", type=Path, default=None)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=None, help="results folder (default: bench/results/python_<commit>)")
+    p.add_argument("--quick", action="store_true", help="fewer configs and steps: a smoke run")
+    p.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts, of: {', '.join(PARTS)}")
+    p.add_argument("--render", type=Path, default=None, metavar="DIR",
+                   help="only re-render DIR's report.md and plots from its JSON lines (no GPU needed)")
     p.add_argument("--commit", default=None, help="commit recorded in the results (default: git, else $CODA_COMMIT)")
     a = p.parse_args()
     if a.render:
         return render(a.render)
+    parts = a.only.split(",")
+    unknown = [x for x in parts if x not in PARTS]
+    if unknown:
+        p.error(f"--only: unknown part(s) {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
+    why = gpu_problem()
+    if why:
+        sys.exit(f"report.py: {why}. Nothing was run. (--render DIR re-renders existing results without a GPU.)")
     c = a.commit or os.environ.get("CODA_COMMIT") or commit()
     out = a.out or ROOT / "bench" / "results" / f"python_{c}"
     out.mkdir(parents=True, exist_ok=True)
-    parts = a.only.split(",")
     py = sys.executable
     if "block" in parts:
         cfgs = "llama3-1b:8192" if a.quick else "llama3-1b:8192,llama3-1b:32768,llama3-8b:8192,llama3-70b:8192"
@@ -226,6 +261,11 @@ def main():
         run([py, "-m", "coda.train", "--compare", "--no-progress", "--no-save", *steps, "--out", out / "train"],
             out / "train.log")
     render(out)
+    if FAILED:
+        print(f"report.py: {len(FAILED)} part(s) failed; the report has the others:", file=sys.stderr)
+        for log, last in FAILED:
+            print(f"  {log}: {last}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
