@@ -219,7 +219,9 @@ def plot(out: Path, names):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m coda.train", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=None, help="UTF-8 text file (default: tinyshakespeare)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="UTF-8 text file (default: $CODA_DATA, else tinyshakespeare.txt from ../shared/data beside "
+                        "the checkout or from .data/)")
     p.add_argument("--tokenizer", choices=["bpe", "byte"], default="byte",
                    help="byte: UTF-8 bytes (default: 1.1M tokens of tinyshakespeare, so 2000 steps stay under "
                         "the point where the small model memorises the corpus); bpe: byte-level BPE trained on it")
@@ -246,7 +248,8 @@ def main(argv=None):
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         what = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA GPU"
-        raise SystemExit(f"coda.train needs an NVIDIA Hopper GPU (sm_90: H100/H200) for CODA's kernels; found {what}.")
+        raise SystemExit(f"coda.train needs an NVIDIA Hopper GPU (sm_90: H100/H200) for CODA's kernels (the "
+                         f"--baseline torch run too: it is the same bf16 CUDA training, for comparison); found {what}.")
     from . import _C
     if not _C.device_supported():
         raise SystemExit("coda.train: libcoda cannot run here: " + (_C._load_error or "device not supported"))
