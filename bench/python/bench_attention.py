@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
-from common import CONFIGS, timed
+from common import CONFIGS, append_jsonl, kernel_times, timed
 
 
 def make(layout, B, S, hq, hkv, hd, dev):
@@ -59,20 +58,6 @@ def make(layout, B, S, hq, hkv, hd, dev):
     return fwd, fwd_bwd
 
 
-def kernel_ms(fn):
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        fn()
-        torch.cuda.synchronize()
-    by = {}
-    for e in p.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            by[e.name[:90]] = by.get(e.name[:90], 0.0) + e.device_time / 1e3
-    return by
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--configs", default="llama3-1b,llama3-8b")
@@ -91,16 +76,13 @@ def main():
             with torch.no_grad():
                 t_f = timed(fwd, a.reps)
             t_fb = timed(fwd_bwd, a.reps)
-            ks = kernel_ms(fwd_bwd)
+            ks = {k[:90]: v for k, v in kernel_times(fwd_bwd).items()}
             top = sorted(ks.items(), key=lambda kv: -kv[1])[:6]
             row = dict(config=cname, batch=a.batch, seq=a.seq, layout=layout, fwd_ms=t_f, fwd_bwd_ms=t_fb,
                        kernels_ms=sum(ks.values()), top_kernels=top, commit=a.commit)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    if a.out:
-        with open(a.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    append_jsonl(a.out, rows)
     print("| config | B x S | layout | fwd ms | f+b ms | f+b kernels ms |")
     print("|---|---|---|---:|---:|---:|")
     for r in rows:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import (CONFIGS, EPS, hf_rms_norm, interleaved, is_cuda, profile, rotate_half, timed,
-                    timed_pipelined)
+from common import (CONFIGS, EPS, append_jsonl, hf_rms_norm, interleaved, is_cuda, peak_extra_gib, profile,
+                    rotate_half, timed, timed_pipelined)
 
 import coda
 
@@ -106,14 +106,7 @@ def prepare_impl(name, fwd, inputs, params, reps, device="cuda"):
         del outs
 
     fwd_bwd()
-    peak = None  # not measured on the CPU
-    if cuda:
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fwd_bwd()
-        torch.cuda.synchronize()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+    peak = peak_extra_gib(fwd_bwd) if cuda else None  # not measured on the CPU
 
     def measure():
         t_f = timed(forward_train, reps, device=device)
@@ -184,11 +177,7 @@ def main():
         del w, y0, x0, prepared
         if cuda:
             torch.cuda.empty_cache()
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            for r in lines:
-                f.write(json.dumps(r) + "\n")
+    append_jsonl(args.out, lines)
     print("| config | tokens | impl | fwd ms | bwd ms | f+b ms | f+b time / CODA's | f+b back-to-back ms | "
           "its time / CODA's | extra GiB |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")

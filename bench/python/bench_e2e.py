@@ -208,11 +208,7 @@ def main():
                  gpu=torch.cuda.get_device_name() if device.type == "cuda" else "cpu")
         rows.append(r)
     ref = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    common.append_jsonl(args.out, rows)
     print(f"| impl | step ms | tokens/s | CODA's tokens/s over it | peak GiB | first loss | SM MHz, W |  "
           f"({args.shape}, {args.batch} x {args.seq}{', AdamW' if args.optimizer else ''})")
     print("|---|---:|---:|---:|---:|---:|---|")

@@ -19,7 +19,8 @@ import os
 import statistics
 
 import torch
-from common import CONFIGS, short_kernel_name as cutlass_name
+from common import CONFIGS, append_jsonl, interleaved, kernel_times, timed_pipelined
+from common import short_kernel_name as cutlass_name
 
 from coda import _C
 
@@ -43,38 +44,6 @@ def operands(M, N, K, at, bt, dev):
     return (a.T if at else a), (b.T if bt else b)  # a [M,K], b [N,K] as views (strided where transposed)
 
 
-def interleaved_ms(fns, reps, rounds):
-    """Median over rounds of each fn's mean time per call in a block of `reps` back-to-back calls; the fns take
-    turns within each round, starting one later every round."""
-    for f in fns:
-        for _ in range(3):
-            f()
-    torch.cuda.synchronize()
-    times = [[] for _ in fns]
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
-    for r in range(rounds):
-        for j in range(len(fns)):
-            i = (r + j) % len(fns)
-            ev[i][0].record()
-            for _ in range(reps):
-                fns[i]()
-            ev[i][1].record()
-        torch.cuda.synchronize()
-        for i in range(len(fns)):
-            times[i].append(ev[i][0].elapsed_time(ev[i][1]) / reps)
-    return [statistics.median(t) for t in times]
-
-
-def kernel_names(fn):
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        fn()
-        torch.cuda.synchronize()
-    return sorted({e.name for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA})
-
-
 def measure(m, n, k, at, bt, dev, stream, a):
     """The three implementations on one shape, interleaved; the kernel names each ran with --kernels."""
     A, B = operands(m, n, k, at, bt, dev)
@@ -95,7 +64,16 @@ def measure(m, n, k, at, bt, dev, stream, a):
         finally:
             del os.environ["CODA_GEMM_CONFIG"]
 
-    t_torch, t_coda, t_cublas = interleaved_ms((torch_fn, coda_fn, coda_cublas_fn), a.reps, a.rounds)
+    fns = {"torch": torch_fn, "coda": coda_fn, "coda_cublas": coda_cublas_fn}
+    for f in fns.values():  # warm up (coda_gemm autotunes on its first call), then take turns
+        for _ in range(3):
+            f()
+    times = interleaved({k: (lambda f=f: {"ms": timed_pipelined(f, a.reps, warmup=0)}) for k, f in fns.items()},
+                        a.rounds)
+    failed = {k: v["error"] for k, v in times.items() if "error" in v}
+    if failed:
+        raise RuntimeError("; ".join(f"{k}: {e}" for k, e in failed.items()))
+    t_torch, t_coda, t_cublas = (times[k]["ms"] for k in fns)
     coda_fn()
     ref = A.float() @ B.float().T
     err = ((D.float() - ref).abs().max() / ref.abs().max()).item()
@@ -105,9 +83,9 @@ def measure(m, n, k, at, bt, dev, stream, a):
                coda_cublas_over_torch=t_cublas / t_torch, torch_tflops=tf / t_torch, coda_tflops=tf / t_coda,
                coda_rel_err=err)
     if a.kernels:
-        row["torch_kernels"] = kernel_names(torch_fn)
-        row["coda_kernels"] = [cutlass_name(x) for x in kernel_names(coda_fn)]
-        row["coda_cublas_kernels"] = kernel_names(coda_cublas_fn)
+        row["torch_kernels"] = sorted(kernel_times(torch_fn))
+        row["coda_kernels"] = [cutlass_name(x) for x in sorted(kernel_times(coda_fn))]
+        row["coda_cublas_kernels"] = sorted(kernel_times(coda_cublas_fn))
     return row
 
 
@@ -124,7 +102,6 @@ def main():
     dev = torch.device("cuda")
     stream = _C.stream(dev)
     rows = []
-    out = open(a.out, "a") if a.out else None
     for cname in a.configs.split(","):
         for M in map(int, a.tokens.split(",")):
             for name, m, n, k, at, bt in shapes(CONFIGS[cname], M):
@@ -137,11 +114,7 @@ def main():
                 torch.cuda.empty_cache()
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                if out:  # as measured: a later failure keeps what came before
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
-    if out:
-        out.close()
+                append_jsonl(a.out, [row])  # as measured: a later failure keeps what came before
     failed = [r for r in rows if "error" in r]
     rows = [r for r in rows if "error" not in r]
     for r in failed:

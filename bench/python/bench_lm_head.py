@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import EPS, hf_rms_norm, interleaved, is_cuda, profile, timed
+from common import EPS, append_jsonl, hf_rms_norm, interleaved, is_cuda, peak_extra_gib, profile, timed
 
 import coda
 
@@ -78,14 +78,7 @@ def main():
             return dict(forward_ms=timed(forward, a.reps, device=dev), fwd_bwd_ms=timed(step, a.reps, device=dev))
         try:
             loss = step().item()
-            peak = None  # not measured on the CPU
-            if cuda:
-                torch.cuda.synchronize()
-                base = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-                step()
-                torch.cuda.synchronize()
-                peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+            peak = peak_extra_gib(step) if cuda else None  # not measured on the CPU
             info[name] = dict(peak_extra_gib=peak, loss=loss, calls=(forward, step))
             measures[name] = measure
         except Exception as e:
@@ -104,10 +97,7 @@ def main():
             profile(f"{name} forward (no grad)", i["calls"][0])
             profile(f"{name} forward+backward", i["calls"][1])
     base = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
-    if a.out:
-        with open(a.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    append_jsonl(a.out, rows)
     print("| impl | fwd ms | f+b ms | f+b time / CODA's | peak extra GiB | loss |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import CONFIGS, EPS, hf_rms_norm, interleaved, is_cuda, rotate_half, timed
+from common import CONFIGS, EPS, append_jsonl, hf_rms_norm, interleaved, is_cuda, rotate_half, timed
 
 import coda
 
@@ -175,11 +175,7 @@ def main():
             del impls
             if is_cuda(dev):
                 torch.cuda.empty_cache()
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(a.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    append_jsonl(a.out, rows)
     print("| op | config | impl | fwd ms | f+b ms | fwd vs CODA | f+b vs CODA |")
     print("|---|---|---|---:|---:|---:|---:|")
     for r in rows:

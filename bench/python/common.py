@@ -112,6 +112,44 @@ def interleaved(measures, rounds):
     return out
 
 
+def peak_extra_gib(fn):
+    """GiB that one call of fn allocates on the current CUDA device above what was allocated before it
+    (torch.cuda.max_memory_allocated; fn has run once already, so its caches and autotuning are in place)."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**30
+
+
+def kernel_times(fn):
+    """{GPU activity name: ms} of one call of fn (after one unprofiled call), from torch.profiler."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    fn()
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as p:
+        fn()
+        torch.cuda.synchronize()
+    by = {}
+    for e in p.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by[e.name] = by.get(e.name, 0.0) + e.device_time / 1e3
+    return by
+
+
+def append_jsonl(path, rows):
+    """Appends rows (dicts) to the JSON-lines file `path`, creating its folder; nothing for a None path."""
+    if path is None:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
 class GpuSampler:
     """SM clock (MHz), power (W) and temperature (C) of the current GPU, sampled by `nvidia-smi -lms` while the
     `with` block runs: `.summary()` gives their means and extremes, or {} where nvidia-smi is missing or gave

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -134,7 +135,6 @@ def render(out: Path):
         md += ["", f"![block]({png})" if png else "", ""]
     gemm = [r for r in load(out / "gemm.jsonl") if "error" not in r]
     if gemm:
-        import statistics
         md += ["## CODA's plain GEMM vs torch.matmul (interleaved)", "",
                "The mainloop every fused op is built on, at the block's GEMM shapes; `its cuBLAS` is libcoda's own "
                "cuBLAS call (the same kernel as torch.matmul's: a check of the method).", "",

@@ -403,11 +403,12 @@ def _lce_train_ctx(ctx, inputs, output):
 
 
 def _scaled_cast(t: Tensor, g: Tensor, dtype: torch.dtype) -> Tensor:
-    """(t * g).to(dtype) for a 2-D fp32 t and a scalar tensor g, one rounding, in one pass with no fp32
-    temporary: torch.mul computes in fp32 and rounds as it stores into the `dtype` output (the same bits as the
-    product, then the cast). The saved fp32 weight gradient of the LM head is [V, d] (1 GiB at llama3-1B): the
-    plain expression doubled it at peak, and a block-by-block product + copy took two kernels per block."""
-    if t.dtype == dtype or t.dim() != 2:
+    """(t * g).to(dtype) for an fp32 t and a scalar tensor g, one rounding, in one pass with no fp32 temporary:
+    torch.mul computes in fp32 and rounds as it stores into the `dtype` output (the same bits as the product, then
+    the cast). The saved fp32 weight gradient of the LM head is [V, d] (1 GiB at llama3-1B): the plain expression
+    doubled it at peak, and a block-by-block product + copy took two kernels per block. A backward with
+    create_graph (g requires grad) takes the plain expression: out= has no autograd formula."""
+    if torch.is_grad_enabled() and (g.requires_grad or t.requires_grad):
         return (t * g).to(dtype)
     return torch.mul(t, g, out=torch.empty(t.shape, dtype=dtype, device=t.device))
 

@@ -374,3 +374,7 @@ def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype):
             got, want = _scaled_cast(t, scale, dtype), (t * scale).to(dtype)
             assert got.dtype == dtype and got.shape == t.shape
             assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (dev, s)
+        # under a create_graph backward the scale carries a gradient: the result must too (same bits)
+        scale = torch.tensor(0.37, device=dev, requires_grad=True)
+        got = _scaled_cast(t, scale, dtype)
+        assert got.requires_grad and torch.equal(got.view(torch.int16), (t * 0.37).to(dtype).view(torch.int16))
