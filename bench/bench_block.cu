@@ -125,8 +125,7 @@ int main(int argc, char** argv) {
   std::string const date = coda_bench::now_utc();
   size_t const l2 = static_cast<size_t>(std::max(prop.l2CacheSize, 1 << 20));
   int const dev = opt.device;
-  cublasHandle_t cublas = nullptr;
-  cublas = coda_bench::make_cublas_handle();
+  cublasHandle_t const cublas = coda_bench::make_cublas_handle();
   FILE* jsonl = opt.out.empty() ? nullptr : std::fopen(opt.out.c_str(), opt.append ? "a" : "w");
   if (!opt.out.empty() && jsonl == nullptr) {
     std::fprintf(stderr, "cannot open %s\n", opt.out.c_str());

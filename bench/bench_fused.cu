@@ -435,8 +435,7 @@ int main(int argc, char** argv) {
   size_t const l2 = static_cast<size_t>(std::max(prop.l2CacheSize, 1 << 20));
   int const dev = opt.device;
 
-  cublasHandle_t cublas = nullptr;
-  cublas = coda_bench::make_cublas_handle();
+  cublasHandle_t const cublas = coda_bench::make_cublas_handle();
 
   FILE* jsonl = nullptr;
   if (!opt.out.empty()) {

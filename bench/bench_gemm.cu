@@ -277,8 +277,7 @@ int main(int argc, char** argv) {
   std::string const gpu = prop.name, commit = opt.commit.empty() ? git_commit() : opt.commit, date = now_utc();
   size_t const l2 = static_cast<size_t>(std::max(prop.l2CacheSize, 1 << 20));
 
-  cublasHandle_t cublas = nullptr;
-  cublas = coda_bench::make_cublas_handle();
+  cublasHandle_t const cublas = coda_bench::make_cublas_handle();
 
   FILE* jsonl = nullptr;
   if (!opt.out.empty()) {

@@ -183,8 +183,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, opt.device));
   std::string const commit = opt.commit.empty() ? coda_bench::git_commit() : opt.commit;
-  cublasHandle_t cublas = nullptr;
-  cublas = coda_bench::make_cublas_handle();
+  cublasHandle_t const cublas = coda_bench::make_cublas_handle();
   FILE* jsonl = opt.out.empty() ? nullptr : std::fopen(opt.out.c_str(), opt.append ? "a" : "w");
   coda_bench::Timer timer(opt.reps, opt.flush, 2 * static_cast<size_t>(prop.l2CacheSize));
   std::printf("bench_lm_head on %s, commit %s: LM head + CE + final-norm forward+backward, V = %lld, bf16\n",
