@@ -28,6 +28,19 @@ namespace {
     }                                                          \
   } while (0)
 
+/// Relaxed stream-capture mode for this thread while in scope: allocations made on the side of a capture (a handle,
+/// a workspace) are allowed instead of invalidating it. Restores the caller's mode.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { CODA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(RelaxedCaptureMode const&) = delete;
+  RelaxedCaptureMode& operator=(RelaxedCaptureMode const&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 /// Process-wide free list of cuBLAS handles per device. Handles are created lazily, lent to one thread at a time
 /// and returned when that thread exits (so short-lived threads do not leak a handle and its workspace each);
 /// never destroyed (destroying at process exit may run after the CUDA context is gone).
@@ -48,6 +61,10 @@ class HandlePool {
       }
     }
     cublasHandle_t h = nullptr;  // created on the current device, which is `device`
+    // cublasCreate allocates device memory. A thread's first GEMM can come while a CUDA graph is being captured
+    // (an autograd worker thread running a captured backward, say), where that allocation would be refused and
+    // invalidate the capture: relaxed mode lets it through (the handle is not part of the graph).
+    RelaxedCaptureMode relaxed;
     CODA_CUBLAS_CHECK(cublasCreate(&h));
     cublasStatus_t const status = cublasSetMathMode(
         h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
@@ -121,10 +138,11 @@ void* stream_workspace(cublasHandle_t h, cudaStream_t stream) {
   void* ws = it != mine.end() ? it->second : nullptr;
   if (ws == nullptr) {
     if (mine.size() >= kMaxWorkspacesPerHandle) return nullptr;
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    CODA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    cudaError_t const err = cudaMalloc(&ws, kWorkspaceBytes);
-    CODA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));  // back to the caller's mode
+    cudaError_t err;
+    {
+      RelaxedCaptureMode relaxed;
+      err = cudaMalloc(&ws, kWorkspaceBytes);
+    }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return nullptr;
