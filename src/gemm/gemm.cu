@@ -272,8 +272,11 @@ class StreamBuffer {
 /// accumulate the timing runs write the caller's D (the real run overwrites it next). With accumulate they write a
 /// zeroed scratch copy of D (C = D = scratch), so the caller's D is never read-modified twice; nullopt when the
 /// scratch cannot be allocated.
+/// *best_coda / *best_coda_ms: the fastest CODA kernel among them (what a CUDA graph capture runs instead of a cuBLAS
+/// winner, see choose()); unset when none ran.
 std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& stage1, bool cublas_allowed,
-                              void* workspace, size_t workspace_bytes, cudaStream_t stream, float* best_ms) {
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream, float* best_ms,
+                              std::optional<Candidate>* best_coda_out, float* best_coda_ms) {
   GemmArgs t = a;
   std::optional<StreamBuffer> scratch;
   if (a.accumulate) {
@@ -312,6 +315,14 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   if (!(times[best] < std::numeric_limits<float>::infinity())) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "GEMM autotuning: no candidate could run ", describe(a));
   }
+  size_t coda_i = all.size();  // the fastest CODA kernel, over stage 2's refinements too
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].ops != nullptr && times[i] < std::numeric_limits<float>::infinity() &&
+        (coda_i == all.size() || times[i] < times[coda_i])) {
+      coda_i = i;
+    }
+  }
+  if (coda_i < all.size()) *best_coda_out = all[coda_i], *best_coda_ms = times[coda_i];
   *best_ms = times[best];
   return all[best];
 }
@@ -347,7 +358,25 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
     if (!c || !check(*c, a).empty() || (c->ops == nullptr && !cublas_allowed)) return std::nullopt;
     return c;
   };
-  if (std::optional<Candidate> c = cached()) return *c;  // the common case: one lookup per call
+  // While a CUDA graph is captured, cuBLAS is not called: a captured cublasGemmEx failed on the H200 (CUDA 13.0,
+  // CUBLAS_STATUS_EXECUTION_FAILED, invalidating the capture) even after a warm-up on the same thread, while CODA's
+  // own kernels capture like any launch. The capture runs the fastest CODA kernel instead, which eager tuning
+  // recorded under the key without cuBLAS (else the default CODA kernel): a replay then matches eager within one
+  // GEMM's rounding, not bit for bit, where eager picked cuBLAS. Checked only when cuBLAS would run (the query
+  // costs a driver call).
+  auto coda_for_capture = [&](Candidate const& choice) -> Candidate {
+    if (choice.ops != nullptr || !runtime::stream_is_capturing(stream)) return choice;
+    if (std::optional<std::string> hit = cache.find(tune_key(a, false), device)) {
+      std::string why;
+      std::optional<Candidate> c = parse_candidate(*hit, a, &why);
+      if (c && c->ops != nullptr && check(*c, a).empty()) return *c;
+    }
+    for (Candidate const& c : stage1_candidates(a)) {
+      if (check(c, a).empty()) return c;
+    }
+    return choice;  // no CODA kernel for this problem: cuBLAS it is
+  };
+  if (std::optional<Candidate> c = cached()) return coda_for_capture(*c);  // the common case: one lookup per call
 
   std::vector<Candidate> stage1;
   std::string reasons;
@@ -360,7 +389,7 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
     }
   }
   if (stage1.empty()) {
-    if (cublas_allowed) return Candidate{};
+    if (cublas_allowed) return Candidate{};  // no CODA kernel: even in a capture
     std::string const cublas_why = cublas_check(a);
     coda::detail::fail(cublas_why.empty() ? CODA_ERROR_NOT_IMPLEMENTED : CODA_ERROR_DTYPE, "no CODA GEMM kernel for ",
                        describe(a), reasons.empty() ? " (none compiled for this layout/dtype)" : reasons,
@@ -370,15 +399,19 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
 
   Candidate fallback = cublas_allowed ? Candidate{} : stage1.front();
   std::string const autotune = runtime::env_string("CODA_GEMM_AUTOTUNE");
-  if ((!autotune.empty() && !runtime::env_flag("CODA_GEMM_AUTOTUNE")) || runtime::stream_is_capturing(stream)) {
-    return fallback;  // no timing possible or wanted; not cached, so a later eager call still tunes
-  }
+  // No timing in a capture (and no cuBLAS: above); not cached, so a later eager call still tunes.
+  if (runtime::stream_is_capturing(stream)) return stage1.front();
+  if (!autotune.empty() && !runtime::env_flag("CODA_GEMM_AUTOTUNE")) return fallback;  // timing not wanted
   std::lock_guard<std::mutex> lock(cache.tuning_mutex());
   if (std::optional<Candidate> c = cached()) return *c;  // another thread tuned it meanwhile
-  float ms = 0.0f;
-  std::optional<Candidate> winner = tune(a, stage1, cublas_allowed, workspace, workspace_bytes, stream, &ms);
+  float ms = 0.0f, coda_ms = 0.0f;
+  std::optional<Candidate> best_coda;
+  std::optional<Candidate> winner =
+      tune(a, stage1, cublas_allowed, workspace, workspace_bytes, stream, &ms, &best_coda, &coda_ms);
   if (!winner) return fallback;
   cache.store(key, device, name_of(*winner), ms);
+  // The same timings give the answer without cuBLAS (CODA_GEMM_NO_CUBLAS, and what a capture runs).
+  if (cublas_allowed && best_coda) cache.store(tune_key(a, false), device, name_of(*best_coda), coda_ms);
   return *winner;
 }
 

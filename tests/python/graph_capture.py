@@ -2,10 +2,12 @@
 state, which would fail every later test in the same process).
 
 A CODA block's forward and backward, warmed up on a side stream as PyTorch's CUDA-graph guide asks, then captured
-with torch.cuda.graph on its own capture stream, which libcoda has not seen: the first GEMM there allocates that
-stream's cuBLAS workspace inside the capture. The graph is replayed on new inputs and must equal eager execution on
-the same inputs bit for bit (same kernels, same order; every CODA kernel is deterministic). Exit status 0 and a
-last line "ok ..." when it does; a message naming the tensor otherwise."""
+with torch.cuda.graph on its own capture stream, which libcoda has not seen. The graph is replayed on new inputs:
+- two replays of the same inputs are equal bit for bit (every CODA kernel is deterministic);
+- a replay equals eager execution on the same inputs within one GEMM's rounding: |replay - eager| <= 2^-7 max|eager|
+  per tensor. (A plain GEMM whose eager winner is cuBLAS runs a CODA kernel in the capture, so bit equality is not
+  expected there; stale or missing work would differ by O(max|eager|).)
+Exit status 0 and a last line "ok ..." when all holds; a message naming the tensor otherwise."""
 import sys
 from pathlib import Path
 
@@ -64,14 +66,17 @@ def main():
     captured = {"x2": out[0], "qkv": out[1], **grads(m, static[0], static[1])}
     params = dict(m.named_parameters())
 
-    for seed in (2, 3):
-        new = fresh(seed)
+    def replay(inputs):
         with torch.no_grad():
-            for dst, src in zip(static, new):
+            for dst, src in zip(static, inputs):
                 dst.copy_(src)
         graph.replay()
         torch.cuda.synchronize()
-        got = {k: v.clone() for k, v in captured.items()}
+        return {k: v.clone() for k, v in captured.items()}
+
+    for seed in (2, 3):
+        new = fresh(seed)
+        got, again = replay(new), replay(new)
         for p in params.values():
             p.grad = None
         e = step(m, *new[:2], pos, inv, *new[2:])
@@ -83,12 +88,15 @@ def main():
                 sys.exit(f"seed {seed}, {k}: no tensor (replay {g is not None}, eager {w is not None})")
             if not torch.isfinite(g.float()).all():
                 sys.exit(f"seed {seed}, {k}: non-finite values in the replay")
-            if not torch.equal(g, w):
-                diff = (g.float() - w.float()).abs().max().item()
-                sys.exit(f"seed {seed}, {k}: replay differs from eager (max |diff| {diff:.3e})")
+            if not torch.equal(g, again[k]):
+                sys.exit(f"seed {seed}, {k}: two replays of the same inputs differ")
+            diff = (g.float() - w.float()).abs().max().item()
+            scale = w.float().abs().max().item()
+            if not diff <= 2.0 ** -7 * scale:
+                sys.exit(f"seed {seed}, {k}: replay differs from eager by {diff:.3e} (max |eager| {scale:.3e})")
         for n, p in params.items():  # the graph's own gradient buffers again
             p.grad = captured[f"d{n}"]
-    print(f"ok: {len(captured)} tensors equal to eager on 2 replays")
+    print(f"ok: {len(captured)} tensors, 2 inputs: replays deterministic and equal to eager")
 
 
 if __name__ == "__main__":
