@@ -115,10 +115,11 @@ constexpr size_t kMaxWorkspacesPerHandle = 8;
 /// - One per (handle, stream): a handle is one thread's, but that thread may enqueue on several streams, and two
 ///   GEMMs running at once must not share scratch. Keyed by cudaStreamGetId, which is never reused (a destroyed
 ///   stream's address can be, while its work still runs).
-/// - Allocated on first use in relaxed capture mode: that first use may come while a CUDA graph is being captured
-///   (torch.cuda.graph captures on its own stream), where a plain cudaMalloc is refused and invalidates the capture.
-///   A graph captured on a stream uses that stream's workspace, so replay it where that stream's other work is
-///   ordered with it (as on the capturing stream).
+/// - Allocated on first use in relaxed capture mode, so another thread's global-mode capture does not refuse it. On
+///   the capturing stream itself it failed on the H200 all the same (CUDA 13.0: no workspace was set, and cuBLAS's
+///   own pool then failed with CUBLAS_STATUS_EXECUTION_FAILED, invalidating the capture; graph_pinned_cublas.log
+///   in bench/results/gpu_checks_f51576a/), which is why the plain GEMM never calls cuBLAS in a capture
+///   (gemm.cu choose()) unless no CODA kernel exists for the problem.
 /// - Never freed (like the handles).
 void* stream_workspace(cublasHandle_t h, cudaStream_t stream) {
   unsigned long long id = 0;
