@@ -344,6 +344,9 @@ CODA_API size_t coda_linear_swiglu_bwd_zdz_workspace_size(int64_t M, int64_t N);
  * \param d [M,N] bf16|fp16|fp32, row-major; must not overlap a or b.
  * \param alpha scale. \param accumulate 0: overwrite d; 1: d += alpha a b^T (fp32 d for split weight gradients).
  * Leading dimensions must be multiples of 8 elements (16 bytes for 16-bit types), pointers 16-byte aligned.
+ * Kernel: the autotuned fastest of CODA's CUTLASS kernels and cuBLAS for the shape (first call per shape times
+ * them; docs/GEMM.md). While `stream` is capturing a CUDA graph, a CODA kernel runs instead of cuBLAS (cuBLAS
+ * failed inside captures), so a graph may differ from eager execution in the last bits.
  */
 CODA_API coda_status coda_gemm(const coda_tensor* a, const coda_tensor* b, coda_tensor* d, float alpha,
                                int accumulate, void* workspace, size_t workspace_bytes, void* stream);
