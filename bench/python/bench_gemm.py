@@ -14,6 +14,7 @@ flush: weights stay hot as in a training step. --kernels records the kernel each
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -44,15 +45,22 @@ def operands(M, N, K, at, bt, dev):
     return (a.T if at else a), (b.T if bt else b)  # a [M,K], b [N,K] as views (strided where transposed)
 
 
+def coda_gemm_call(A, B, D, dev, stream):
+    """coda_gemm D = A B^T as a call without arguments (descriptors and workspace made once; the call holds the
+    workspace, so it lives as long as the call)."""
+    ws = _C.workspace(_C.workspace_size("gemm", D.shape[0], D.shape[1], A.shape[1]), dev)
+    args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, 0, ctypes.c_void_p(ws.data_ptr()), ws.numel(), stream)
+
+    def call(ws=ws):
+        _C.call("gemm", *args)
+    return call
+
+
 def measure(m, n, k, at, bt, dev, stream, a):
     """The three implementations on one shape, interleaved; the kernel names each ran with --kernels."""
     A, B = operands(m, n, k, at, bt, dev)
     D = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-    ws = _C.workspace(_C.workspace_size("gemm", m, n, k), dev)
-    args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, 0, ctypes_ptr(ws), ws.numel(), stream)
-
-    def coda_fn():
-        _C.call("gemm", *args)
+    coda_fn = coda_gemm_call(A, B, D, dev, stream)
 
     def torch_fn():
         torch.mm(A, B.T, out=D)
@@ -60,7 +68,7 @@ def measure(m, n, k, at, bt, dev, stream, a):
     def coda_cublas_fn():
         os.environ["CODA_GEMM_CONFIG"] = "cublas"
         try:
-            _C.call("gemm", *args)
+            coda_fn()
         finally:
             del os.environ["CODA_GEMM_CONFIG"]
 
@@ -131,11 +139,6 @@ def main():
         ratios = [r[key] for r in rows]
         if ratios:
             print(f"{what}, geometric mean over {len(ratios)} GEMMs: {statistics.geometric_mean(ratios):.3f}")
-
-
-def ctypes_ptr(t):
-    import ctypes
-    return ctypes.c_void_p(t.data_ptr())
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ A shape is MxNxK (D[M,N] = A[M,K] B[N,K]^T, both K-major); a trailing "t" makes 
 from __future__ import annotations
 
 import argparse
-import ctypes
 
 import torch
+from bench_gemm import coda_gemm_call, operands
 
 from coda import _C
 
@@ -23,14 +23,10 @@ def main():
     stream = _C.stream(dev)
     calls = []
     for s in a.shapes.split(","):
-        bt = s.endswith("t")
         M, N, K = map(int, s.rstrip("t").split("x"))
-        A = torch.randn(M, K, device=dev).bfloat16()
-        B = torch.randn(K, N, device=dev).bfloat16().T if bt else torch.randn(N, K, device=dev).bfloat16()
+        A, B = operands(M, N, K, False, s.endswith("t"), dev)
         D = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
-        ws = _C.workspace(_C.workspace_size("gemm", M, N, K), dev)
-        args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, 0, ctypes.c_void_p(ws.data_ptr()), ws.numel(), stream)
-        calls.append((s, lambda A=A, B=B, D=D: torch.mm(A, B.T, out=D), lambda args=args: _C.call("gemm", *args)))
+        calls.append((s, lambda A=A, B=B, D=D: torch.mm(A, B.T, out=D), coda_gemm_call(A, B, D, dev, stream)))
     for _, t, c in calls:  # autotune + warm up
         for _ in range(3):
             t()

@@ -61,9 +61,9 @@ class HandlePool {
       }
     }
     cublasHandle_t h = nullptr;  // created on the current device, which is `device`
-    // cublasCreate allocates device memory. A thread's first GEMM can come while a CUDA graph is being captured
-    // (an autograd worker thread running a captured backward, say), where that allocation would be refused and
-    // invalidate the capture: relaxed mode lets it through (the handle is not part of the graph).
+    // cublasCreate allocates device memory, and a thread's first GEMM may come while another thread captures a
+    // CUDA graph in global mode, which refuses such calls: relaxed mode, as for the workspace (stream_workspace says
+    // what it does not cover; not measured for the handle itself).
     RelaxedCaptureMode relaxed;
     CODA_CUBLAS_CHECK(cublasCreate(&h));
     cublasStatus_t const status = cublasSetMathMode(

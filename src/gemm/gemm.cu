@@ -221,6 +221,20 @@ std::vector<Candidate> stage1_candidates(GemmArgs const& a) {
   return out;
 }
 
+/// The stage-1 candidates that can run `a` (check() passes); *reasons (when given) collects why the others cannot.
+std::vector<Candidate> runnable_stage1(GemmArgs const& a, std::string* reasons = nullptr) {
+  std::vector<Candidate> out;
+  for (Candidate const& c : stage1_candidates(a)) {
+    std::string const why = check(c, a);
+    if (why.empty()) {
+      out.push_back(c);
+    } else if (reasons != nullptr) {
+      *reasons += coda::detail::concat("; ", name_of(c), ": ", why);
+    }
+  }
+  return out;
+}
+
 /// Stage 2: the stage-1 winner's raster order x swizzle, except the setting stage 1 already timed.
 std::vector<Candidate> stage2_candidates(Candidate const& best, GemmArgs const& a) {
   std::vector<Candidate> out;
@@ -300,13 +314,20 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   std::vector<Candidate> all = stage1;
   if (cublas_allowed) all.push_back(Candidate{});
   std::vector<float> times = run_all(all);
+  // The fastest CODA kernel that ran (index into all), or all.size().
+  auto fastest_coda = [&]() {
+    size_t i_best = all.size();
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i].ops != nullptr && times[i] < std::numeric_limits<float>::infinity() &&
+          (i_best == all.size() || times[i] < times[i_best])) {
+        i_best = i;
+      }
+    }
+    return i_best;
+  };
   // Stage 2 refines the fastest CODA kernel (even when cuBLAS won stage 1: a knob may beat it).
-  std::optional<size_t> best_coda;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i].ops != nullptr && (!best_coda || times[i] < times[*best_coda])) best_coda = i;
-  }
-  if (best_coda && times[*best_coda] < std::numeric_limits<float>::infinity()) {
-    std::vector<Candidate> const refine = stage2_candidates(all[*best_coda], a);
+  if (size_t const seed = fastest_coda(); seed < all.size()) {
+    std::vector<Candidate> const refine = stage2_candidates(all[seed], a);
     std::vector<float> const refine_times = run_all(refine);
     all.insert(all.end(), refine.begin(), refine.end());
     times.insert(times.end(), refine_times.begin(), refine_times.end());
@@ -315,14 +336,9 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   if (!(times[best] < std::numeric_limits<float>::infinity())) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "GEMM autotuning: no candidate could run ", describe(a));
   }
-  size_t coda_i = all.size();  // the fastest CODA kernel, over stage 2's refinements too
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i].ops != nullptr && times[i] < std::numeric_limits<float>::infinity() &&
-        (coda_i == all.size() || times[i] < times[coda_i])) {
-      coda_i = i;
-    }
+  if (size_t const coda_i = fastest_coda(); coda_i < all.size()) {  // over stage 2's refinements too
+    *best_coda_out = all[coda_i], *best_coda_ms = times[coda_i];
   }
-  if (coda_i < all.size()) *best_coda_out = all[coda_i], *best_coda_ms = times[coda_i];
   *best_ms = times[best];
   return all[best];
 }
@@ -371,23 +387,13 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
       std::optional<Candidate> c = parse_candidate(*hit, a, &why);
       if (c && c->ops != nullptr && check(*c, a).empty()) return *c;
     }
-    for (Candidate const& c : stage1_candidates(a)) {
-      if (check(c, a).empty()) return c;
-    }
-    return choice;  // no CODA kernel for this problem: cuBLAS it is
+    std::vector<Candidate> const runnable = runnable_stage1(a);
+    return runnable.empty() ? choice : runnable.front();  // no CODA kernel for this problem: cuBLAS it is
   };
   if (std::optional<Candidate> c = cached()) return coda_for_capture(*c);  // the common case: one lookup per call
 
-  std::vector<Candidate> stage1;
   std::string reasons;
-  for (Candidate const& c : stage1_candidates(a)) {
-    std::string const why = check(c, a);
-    if (why.empty()) {
-      stage1.push_back(c);
-    } else {
-      reasons += coda::detail::concat("; ", name_of(c), ": ", why);
-    }
-  }
+  std::vector<Candidate> const stage1 = runnable_stage1(a, &reasons);
   if (stage1.empty()) {
     if (cublas_allowed) return Candidate{};  // no CODA kernel: even in a capture
     std::string const cublas_why = cublas_check(a);
