@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 from pathlib import Path
 
 import torch
@@ -37,7 +38,6 @@ DTYPE = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2, torch.int32: 3, 
 REDUCTION = {"none": 0, "mean": 1, "sum": 2}
 
 
-_Dims = ctypes.c_int64 * MAX_RANK
 
 
 class Tensor(ctypes.Structure):
@@ -76,6 +76,15 @@ class BlockConfig(ctypes.Structure):
         ("head_dim", ctypes.c_int32),
         ("eps", ctypes.c_float),
     ]
+
+
+# coda_tensor packed in one call: struct.pack + from_buffer_copy costs about half of building the ctypes
+# structure field by field (host time of every op call; a block call describes 16 tensors). The layout is checked
+# against the ctypes declaration at import.
+_TENSOR = struct.Struct("=Qii4q4qi4x")
+_PAD = tuple((0,) * (MAX_RANK - n) for n in range(MAX_RANK + 1))
+assert _TENSOR.size == ctypes.sizeof(Tensor) and [getattr(Tensor, f).offset for f, _ in Tensor._fields_] == [
+    0, 8, 12, 16, 48, 80], "coda_tensor's ctypes layout changed: update _TENSOR"
 
 
 def _six(*names):
@@ -212,25 +221,39 @@ def workspace_size(name: str, *args) -> int:
     return int(getattr(library(), f"coda_{name}_workspace_size")(*args))
 
 
-def desc(t: torch.Tensor | None):
-    """A coda_tensor (by reference) for a torch tensor, or None (NULL) for None."""
-    if t is None:
-        return None
+def _packed(t: torch.Tensor) -> bytes:
+    """The bytes of t's coda_tensor (data pointer NULL for an empty tensor; device -1 on the CPU)."""
     dtype = DTYPE.get(t.dtype)
     if dtype is None:
         raise TypeError(f"coda: dtype {t.dtype} is not one CODA kernels take (bfloat16, float16, float32, int32, "
                         "int64)")
     shape = t.shape
-    if len(shape) > MAX_RANK:
-        raise ValueError(f"coda: a tensor of rank {len(shape)} (at most {MAX_RANK})")
-    # One constructor call (per-field assignment cost more host time than the rest of a small op's wrapper).
-    return ctypes.byref(Tensor(t.data_ptr() if t.numel() > 0 else None, dtype, len(shape), _Dims(*shape),
-                               _Dims(*t.stride()), t.get_device()))
+    rank = len(shape)
+    if rank > MAX_RANK:
+        raise ValueError(f"coda: a tensor of rank {rank} (at most {MAX_RANK})")
+    pad = _PAD[rank]
+    return _TENSOR.pack(t.data_ptr() if t.numel() > 0 else 0, dtype, rank, *shape, *pad, *t.stride(), *pad,
+                        t.get_device())
+
+
+def desc(t: torch.Tensor | None):
+    """A coda_tensor (by reference) for a torch tensor, or None (NULL) for None."""
+    if t is None:
+        return None
+    return ctypes.byref(Tensor.from_buffer_copy(_packed(t)))
 
 
 def value(t: torch.Tensor):
-    """A coda_tensor by value (for the block structs)."""
-    return desc(t)._obj
+    """A coda_tensor by value."""
+    return Tensor.from_buffer_copy(_packed(t))
+
+
+def tensors(cls, *ts: torch.Tensor):
+    """One of the block structs (BlockWeights, BlockGrads, BlockSaved: coda_tensor fields only), filled from ts in
+    field order."""
+    if len(ts) != len(cls._fields_):
+        raise TypeError(f"coda: {cls.__name__} takes {len(cls._fields_)} tensors, got {len(ts)}")
+    return cls.from_buffer_copy(b"".join(_packed(t) for t in ts))
 
 
 def ce_options(ignore_index: int, reduction: str, label_smoothing: float, z_loss: float, softcap: float):

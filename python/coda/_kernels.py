@@ -164,7 +164,7 @@ def _block_config(d, F, hq, hkv, hd, eps):
 
 
 def _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv):
-    return _C.BlockWeights(*(_C.value(t) for t in (w_o, gamma1, w_gu, w_down, gamma2, w_qkv)))
+    return _C.tensors(_C.BlockWeights, w_o, gamma1, w_gu, w_down, gamma2, w_qkv)
 
 
 def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,
@@ -179,7 +179,7 @@ def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, i
     qkv = torch.empty((M, w_qkv.shape[0]), dtype=dt, device=dev)
     rstd1, rstd2 = _f32((M,), x0), _f32((M,), x0)
     cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps)
-    saved = _C.BlockSaved(*(_C.value(t) for t in (x1, rstd1, z1, x2, rstd2, qkv)))
+    saved = _C.tensors(_C.BlockSaved, x1, rstd1, z1, x2, rstd2, qkv)
     ws = _C.workspace(_C.library().coda_block_forward_workspace_size(cfg, M), dev)
     _C.call("block_forward", cfg, _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv), _d(y0), _d(x0),
             _d(positions), _d(inv_freq), saved, ws.data_ptr(), ws.numel(), _C.stream(dev))
@@ -197,9 +197,9 @@ def block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w
     dx0 = torch.empty((M, d), dtype=dt, device=dev)
     dws = [torch.empty(w.shape, dtype=w.dtype, device=dev) for w in (w_o, w_gu, w_down, w_qkv)]
     dg1, dg2 = _f32((d,), x1), _f32((d,), x1)
-    grads = _C.BlockGrads(*(_C.value(t) for t in (dws[0], dg1, dws[1], dws[2], dg2, dws[3])))
+    grads = _C.tensors(_C.BlockGrads, dws[0], dg1, dws[1], dws[2], dg2, dws[3])
     cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps)
-    saved = _C.BlockSaved(*(_C.value(t) for t in (x1, rstd1, z1, x2, rstd2, qkv)))
+    saved = _C.tensors(_C.BlockSaved, x1, rstd1, z1, x2, rstd2, qkv)
     ws = _C.workspace(_C.library().coda_block_backward_workspace_size(cfg, M), dev)
     _C.call("block_backward", cfg, _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv), _d(y0),
             _d(positions), _d(inv_freq), saved, _d(dqkv), _d(dx2), _d(dy0), _d(dx0), grads, ws.data_ptr(),

@@ -13,16 +13,12 @@
 // (CUTLASS_EVT.md section 4), so their z/dz columns 2c .. 2c+3 are 8 contiguous bytes: one 64-bit load and one
 // 64-bit store per (row, j), a quad covering 32 contiguous bytes (a full sector); no shuffles for the math.
 //
-// z goes through shared memory (registers are the scarce resource: the pingpong consumer holds its 128
-// accumulators, and 16 words of z held in registers made the kernel spill). Each thread cp.async-copies its own
-// 64-bit z groups kLead = 2 subtiles ahead into one of kSlots = 3 smem slots while it computes the current one (the
-// collective visits subtiles in the static order epi_n outer, epi_m inner); the first two subtiles' copies are
-// issued in begin(). A thread only ever reads its own smem words, so no barrier is needed, only
-// cp.async.wait_group. Layout: 8-byte word (slot, group g = 2j + h, thread t) at (slot * 8 + g) * kThreads + t:
-// consecutive threads, consecutive 8 bytes (no bank conflicts). 3 slots x 8 groups x kThreads x 8 B = 24 KiB (+ 4 KiB
-// of row sums) for the 128 threads of a pingpong consumer warpgroup; the two consumer warpgroups' epilogues never
-// overlap (the kernel orders them), so one buffer serves both. kThreads must equal the epilogue's thread count
-// (static_assert).
+// z reaches the node through the collective's TMA C load, viewed as 32-bit words: z [M, 2F] 16-bit is read as
+// C [M, F] with ElementC = float, ldc = ldz / 2, one word per accumulator element (its (g, u) pair, g in the low
+// half); the node takes it as its second child (Sm90SrcFetch<float>: the float-to-float copy keeps the bits). The
+// producer warp then loads z during the mainloop, ahead of the epilogue, where a consumer-side cp.async ring (the
+// previous design, stop 12-15) started only when the epilogue did and left the first subtile's DRAM latency
+// exposed (ncu: the largest single stall inside B3's epilogue at llama3-1B).
 //
 // Row partials: per-row fp32 sums (two rows per epi_m per thread) kept in thread-private smem words (registers held
 // across subtiles made the kernel spill), merged over the quad (the 4 lanes that share a row; one warp along N in
@@ -30,13 +26,14 @@
 // Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics: deterministic. Rows >= M and columns
 // >= F are neither loaded nor written.
 //
-// Registers: the 128 accumulators stay live through the epilogue; with this layout ptxas reports 0 spills
-// (docs/FUSED_OPS.md "B3" has what spilled and why).
+// Registers: the 128 accumulators stay live through the epilogue (docs/FUSED_OPS.md "B3" has what spilled and why).
 //
-// In place: dz may be z itself (same pointer and row stride): every z word is read, then overwritten, by the same
-// thread, and no thread reads another's words.
+// In place: dz may be z itself (same pointer and row stride): each z word is loaded (TMA, into this tile's C stage)
+// before the consumer that owns it passes the stage's full barrier, and only then overwritten by that consumer;
+// no other tile reads it.
 //
-// Requirements (checked by the op's validation): F % 8 == 0; z and dz 8-byte aligned with row strides % 4 == 0.
+// Requirements (checked by the op's validation): F % 8 == 0; z 16-byte aligned with a row stride % 8 == 0 (TMA on
+// 32-bit words); dz 8-byte aligned with a row stride % 4 == 0.
 //
 // Host reference of the node's semantics: swiglu_bwd_pair_reference() below (plain C++, used by the unit test).
 #pragma once
@@ -82,18 +79,12 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
   static_assert(cutlass::sizeof_bits<ElementZ>::value == 16, "z pairs are read and written as 32-bit words");
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
-  // z slots in smem and how many subtiles ahead the copies run (one DRAM latency is ~1 subtile of work).
-  static constexpr int kSlots = 3;
-  static constexpr int kLead = kSlots - 1;
-
   struct SharedStorage {
-    alignas(128) uint64_t z[kSlots * 8 * kThreads];  // [slot][group][thread]
     alignas(128) float rows[2 * 4 * kThreads];  // [epi_m][thread][h] row-term sums (kEpiM <= 4)
   };
+  // z itself is the kernel's C (see above): the op passes it as Operands::C with ldc = ldz / 2.
   struct Arguments {
-    ElementZ const* ptr_z = nullptr;  ///< [M, 2F] interleaved (gate, up) pre-activation
-    int64_t ldz = 0;
-    ElementZ* ptr_dz = nullptr;       ///< [M, 2F] out; may equal ptr_z (with the same ldz)
+    ElementZ* ptr_dz = nullptr;       ///< [M, 2F] out; may equal z (with the same row stride)
     int64_t lddz = 0;
     float* ptr_partials = nullptr;    ///< [T, Mpad] out: per-(N-tile, row) sums of g dg + u du
   };
@@ -116,17 +107,16 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     auto const n = cute::get<1>(problem_shape);
-    return cute::get<3>(problem_shape) == 1 && args.ptr_z != nullptr && args.ptr_dz != nullptr && args.ptr_partials != nullptr && n % 8 == 0 &&
-           args.ldz % 4 == 0 && args.lddz % 4 == 0 && (reinterpret_cast<uintptr_t>(args.ptr_z) & 7u) == 0 &&
-           (reinterpret_cast<uintptr_t>(args.ptr_dz) & 7u) == 0;
+    return cute::get<3>(problem_shape) == 1 && args.ptr_dz != nullptr && args.ptr_partials != nullptr && n % 8 == 0 &&
+           args.lddz % 4 == 0 && (reinterpret_cast<uintptr_t>(args.ptr_dz) & 7u) == 0;
   }
 
   CUTLASS_HOST_DEVICE Sm90SwigluBwdPair() {}
   CUTLASS_HOST_DEVICE Sm90SwigluBwdPair(Params const& params, SharedStorage const& shared)
-      : params_ptr(&params), smem_z(const_cast<uint64_t*>(shared.z)) {}
+      : params_ptr(&params), smem_rows(const_cast<float*>(shared.rows)) {}
 
   Params const* params_ptr = nullptr;
-  uint64_t* smem_z = nullptr;
+  float* smem_rows = nullptr;
 
 
   /// CoordTensor: absolute (m, n, l) of every fragment element, per (epi_m, epi_n).
@@ -144,17 +134,12 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
     // partials' offset come from Params (constant bank) or are recomputed in end(), row sums live in smem.
     CoordTensor tC_cD;
     Params const* params;
-    // Shared-window address (32-bit: one register) of this thread's 8-byte word (slot 0, group 0); words of one
-    // (slot, group) are kThreads * 8 bytes apart. The row sums follow the z slots: the pair (rows r, r + 8) of
-    // epi_m e is a float2 at kRowsOffset + e * kThreads * 8.
+    // Shared-window address (32-bit: one register) of this thread's row sums: the pair (rows r, r + 8) of epi_m e
+    // is a float2 at e * kThreads * 8 bytes further.
     uint32_t smem_thread;
-    static constexpr uint32_t kRowsOffset = kSlots * 8 * kThreads * 8;
 
-    CUTLASS_DEVICE uint32_t z_addr(int slot, int group) const {
-      return smem_thread + static_cast<uint32_t>((slot * 8 + group) * kThreads * 8);
-    }
     CUTLASS_DEVICE uint32_t rows_addr(int e) const {
-      return smem_thread + kRowsOffset + static_cast<uint32_t>(e * kThreads * 8);
+      return smem_thread + static_cast<uint32_t>(e * kThreads * 8);
     }
 
     /// Row r and column c of fragment element 0 of subtile (epi_m, epi_n); element 4j + 2h + e is at
@@ -164,57 +149,14 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
       return {static_cast<int>(cute::get<0>(c)), static_cast<int>(cute::get<1>(c))};
     }
 
-    /// Issues (and commits as one group) the cp.async copies of subtile (epi_m, epi_n)'s z words into `slot`:
-    /// 8 groups of 8 bytes, zero-filled (src-size 0) for rows >= M or columns >= F.
-    CUTLASS_DEVICE void issue_z(int epi_m, int epi_n, int slot) {
-      auto const [r, c] = origin(epi_m, epi_n);
-      uint64_t evict_first;
-      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(evict_first));
-      CUTLASS_PRAGMA_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        int const m = r + 8 * h;
-        ElementZ const* row = params->ptr_z + static_cast<int64_t>(m < params->M ? m : 0) * params->ldz + 2 * c;
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < 4; ++j) {  // 8 columns further = 16 z values = 32 bytes
-          bool const valid = m < params->M && c + 8 * j < params->F;
-          uint32_t const dst = z_addr(slot, 2 * j + h);
-          // z is read once: L2 evict-first, so the stream does not push the mainloop's operand panels out of L2.
-          asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2, %3;" ::"r"(dst),
-                       "l"(valid ? row + 16 * j : params->ptr_z), "r"(valid ? 8 : 0), "l"(evict_first)
-                       : "memory");
-        }
-      }
-      asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-
-    static constexpr int kSubtiles = kEpiM * kEpiN;
-
-    CUTLASS_DEVICE void issue_subtile(int s) { issue_z(s % kEpiM, s / kEpiM, s % kSlots); }
-
-    CUTLASS_DEVICE void begin() {
-      CUTLASS_PRAGMA_UNROLL
-      for (int s = 0; s < kLead && s < kSubtiles; ++s) issue_subtile(s);
-    }
-
-    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    /// dy: the accumulator fragment; zw: the same elements' z words (g | u << 16) as the C child delivers them
+    /// (floats carrying the bits; zero for rows >= M or columns >= F, which TMA fills).
+    template <class ElementAccumulator, class ElementInput, class ElementWord, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
-                              cutlass::Array<ElementInput, FragmentSize> const& dy) {
+                              cutlass::Array<ElementInput, FragmentSize> const& dy,
+                              cutlass::Array<ElementWord, FragmentSize> const& zw) {
       static_assert(FragmentSize == 16, "expects the EpilogueTileAuto wgmma fragment: 4 column groups x 2 rows x 2 cols");
-      // Subtile s = epi_n * kEpiM + epi_m (the collective's static order, epi_m inner) sits in slot s % kSlots:
-      // begin() copied s < kLead, each visit copies s + kLead, then waits until at most the groups issued after s
-      // are in flight (so subtile s has landed).
-      int const s = epi_n * kEpiM + epi_m;
-      int const slot = s % kSlots;
-      static_assert(kLead == 2, "the wait_group immediates below assume a lead of 2 subtiles");
-      if (s + kLead < kSubtiles) {
-        issue_subtile(s + kLead);
-        asm volatile("cp.async.wait_group 2;" ::: "memory");
-      } else if (s + 1 < kSubtiles) {
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-      } else {
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
-      }
-
+      static_assert(sizeof(ElementWord) == 4, "z arrives as one 32-bit word per accumulator element");
       cutlass::NumericConverter<ElementZ, float, cutlass::FloatRoundStyle::round_to_nearest> to_z{};
       cutlass::NumericConverter<float, ElementZ> from_z{};
       auto bits = [](ElementZ v) { return static_cast<uint32_t>(v.raw()); };
@@ -236,11 +178,10 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
         uint32_t dz[8];  // packed (dg, du) words of elements 8 half .. 8 half + 7
         CUTLASS_PRAGMA_UNROLL
         for (int k = 8 * half; k < 8 * half + 8; k += 2) {  // k = 4j + 2h: row r + 8h, columns c + 8j, c + 8j + 1
-          uint32_t zpair[2];  // group 2j + h = k / 2
-          asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(zpair[0]), "=r"(zpair[1]) : "r"(z_addr(slot, k >> 1)));
           CUTLASS_PRAGMA_UNROLL
           for (int e = 0; e < 2; ++e) {
-            float const g = value(zpair[e] & 0xffffu), u = value(zpair[e] >> 16);
+            uint32_t const word = cutlass::platform::bit_cast<uint32_t>(zw[k + e]);
+            float const g = value(word & 0xffffu), u = value(word >> 16);
             float const d = static_cast<float>(dy[k + e]);
             // s = 1 / (1 + 2^(-g log2 e)) with the approximate (ftz) ex2 and rcp, what __expf and __fdividef lower
             // to, minus their denormal handling (s and the products below are O(1) or underflow to 0 anyway).
@@ -323,7 +264,7 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
         args.epi_tile, args.tiled_copy, args.thread_idx);
     static_assert(decltype(cute::size(args.tiled_copy))::value == kThreads,
                   "Sm90SwigluBwdPair: kThreads must be the epilogue's thread count (one smem word set per thread)");
-    uint32_t const smem_thread = static_cast<uint32_t>(__cvta_generic_to_shared(smem_z)) +
+    uint32_t const smem_thread = static_cast<uint32_t>(__cvta_generic_to_shared(smem_rows)) +
                                  static_cast<uint32_t>(args.thread_idx % kThreads) * 8u;
     return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), params_ptr, smem_thread);
   }

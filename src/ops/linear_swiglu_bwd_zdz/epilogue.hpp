@@ -1,7 +1,8 @@
 // B3's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory):
-//   Sm90SwigluBwdPair(acc)  -> D = y
-// The node reads z, writes dz and the zdz row partials itself (src/epilogue/swiglu_bwd_pair.hpp); the collective
-// stores its returned y as D through TMA.
+//   Sm90SwigluBwdPair(acc, C)  -> D = y
+// C is z viewed as [M, F] 32-bit words (ElementC = float as a container of the (g, u) bits; the op sets C = z,
+// ldc = ldz / 2), so the producer warp loads it through TMA during the mainloop. The node writes dz and the zdz
+// row partials itself (src/epilogue/swiglu_bwd_pair.hpp); the collective stores its returned y as D through TMA.
 #pragma once
 
 #include "epilogue/swiglu_bwd_pair.hpp"
@@ -16,16 +17,15 @@ struct SwigluBwdEpilogue {
   template <class Traits>
   struct Program {
     using ElementD = typename Traits::ElementD;
-    using ElementC = void;
+    using ElementC = float;  // z's (g, u) pairs as 32-bit words, copied bit for bit (float to float)
     using Node = epilogue::Sm90SwigluBwdPair<typename Traits::TileShape, ElementD>;
-    using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch,
+                                                      cutlass::epilogue::fusion::Sm90SrcFetch<float>>;
 
-    /// Arguments: {op_0 = acc (none), op_1 = node}.
+    /// Arguments: {op_0 = acc (none), op_1 = C (none), op_2 = node}.
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const&) {
-      auto& node = out.op_1;
-      node.ptr_z = static_cast<ElementD const*>(args.z);
-      node.ldz = args.ldz;
+      auto& node = out.op_2;
       node.ptr_dz = static_cast<ElementD*>(args.dz);
       node.lddz = args.lddz;
       node.ptr_partials = args.zdz_partials;

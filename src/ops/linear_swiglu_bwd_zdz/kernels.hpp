@@ -12,10 +12,8 @@
 namespace coda::ops {
 
 /// Run-time arguments of the B3 epilogue (besides Operands: A = dx [M,d] K-major, B = w_down [d,F] N-major,
-/// D = y [M,F], no C).
+/// D = y [M,F], C = the saved interleaved z [M,2F] as [M,F] 32-bit words with ldc = ldz / 2).
 struct SwigluBwdArgs {
-  void const* z = nullptr;          ///< [M, 2F] saved interleaved pre-activation, row stride ldz
-  int64_t ldz = 0;
   void* dz = nullptr;               ///< [M, 2F] out, row stride lddz; may be z (same stride): in place
   int64_t lddz = 0;
   float* zdz_partials = nullptr;    ///< [ceil(F/CTA_N), round_up(M,CTA_M)] fp32 row partials of g dg + u du

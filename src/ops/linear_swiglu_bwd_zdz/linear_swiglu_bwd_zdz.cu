@@ -35,9 +35,9 @@ void linear_swiglu_bwd_zdz(int64_t M, int64_t F, int64_t d, void const* dx, int6
   op.A = dx, op.lda = ldx;
   op.B = w_down, op.ldb = ldw;
   op.D = y, op.ldd = ldy;
+  // z as C: [M, F] 32-bit words, one (g, u) pair per accumulator element (the epilogue program's header).
+  op.C = z, op.ldc = ldz / 2;
   SwigluBwdArgs args;
-  args.z = z;
-  args.ldz = ldz;
   args.dz = dz;
   args.lddz = lddz;
   args.zdz_partials = static_cast<float*>(workspace);

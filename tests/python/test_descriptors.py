@@ -1,0 +1,52 @@
+"""The coda_tensor descriptors the ctypes layer hands to the C ABI (python/coda/_C.py): every field as the C side
+reads it, for ranks 0-4, strided and empty tensors, every dtype; the block structs filled in field order; bad
+dtype/rank errors. CPU only (descriptors are host memory)."""
+import ctypes
+
+import pytest
+import torch
+
+from coda import _C
+
+
+def _fields(d):
+    return (d.data, d.dtype, d.rank, list(d.sizes), list(d.strides), d.device)
+
+
+def _expected(t):
+    n = t.dim()
+    pad = [0] * (_C.MAX_RANK - n)
+    return (t.data_ptr() if t.numel() else None, _C.DTYPE[t.dtype], n, list(t.shape) + pad, list(t.stride()) + pad,
+            t.get_device())
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.tensor(3.0),
+    lambda: torch.zeros(7, dtype=torch.int32),
+    lambda: torch.zeros(5, 9, dtype=torch.bfloat16)[:, 1:8:2],
+    lambda: torch.zeros(2, 3, 4, dtype=torch.float16).transpose(0, 2),
+    lambda: torch.zeros(2, 3, 4, 5, dtype=torch.int64),
+    lambda: torch.zeros(0, 16, dtype=torch.bfloat16),
+])
+def test_desc_and_value_fields(make):
+    t = make()
+    assert _fields(_C.desc(t)._obj) == _expected(t)
+    assert _fields(_C.value(t)) == _expected(t)
+    assert _C.desc(None) is None
+
+
+def test_block_struct_fields_in_order():
+    ts = [torch.zeros(i + 1, 2 * i + 3, dtype=torch.bfloat16) for i in range(6)]
+    saved = _C.tensors(_C.BlockSaved, *ts)
+    assert ctypes.sizeof(saved) == 6 * ctypes.sizeof(_C.Tensor)
+    for (name, _), t in zip(_C.BlockSaved._fields_, ts):
+        assert _fields(getattr(saved, name)) == _expected(t), name
+    with pytest.raises(TypeError, match="BlockSaved takes 6 tensors, got 5"):
+        _C.tensors(_C.BlockSaved, *ts[:5])
+
+
+def test_desc_rejects_dtype_and_rank():
+    with pytest.raises(TypeError, match="dtype torch.float64"):
+        _C.desc(torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="rank 5"):
+        _C.desc(torch.zeros(1, 1, 1, 1, 1))
