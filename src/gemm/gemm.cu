@@ -496,18 +496,56 @@ size_t workspace_size(GemmArgs const& args) {
 }
 
 size_t workspace_size_for_shape(int64_t M, int64_t N, int64_t K) {
-  size_t bytes = 0;
-  for (Entry const& e : kEntries) {
-    GemmArgs a;
-    a.M = M;
-    a.N = N;
-    a.K = K;
-    a.dtype_ab = CODA_BF16;
-    a.dtype_d = e.dtype_d;
-    a.a_col_major = e.layout == Layout::kWgrad;
-    a.b_col_major = e.layout != Layout::kFwd;
-    bytes = std::max(bytes, workspace_size(a));
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;  // no device: nothing can run, nothing to size
   }
+  auto over_entries = [&] {
+    size_t bytes = 0;
+    for (Entry const& e : kEntries) {
+      GemmArgs a;
+      a.M = M;
+      a.N = N;
+      a.K = K;
+      a.dtype_ab = CODA_BF16;
+      a.dtype_d = e.dtype_d;
+      a.a_col_major = e.layout == Layout::kWgrad;
+      a.b_col_major = e.layout != Layout::kFwd;
+      bytes = std::max(bytes, workspace_size(a));
+    }
+    return bytes;
+  };
+  // A pinned candidate (read on every call: the variable may change) may need more: not memoized.
+  if (!runtime::env_string("CODA_GEMM_CONFIG").empty()) return over_entries();
+  // Memoized per (M, N, K, device): the block and LM-head backward size their workspace from several shapes on
+  // every call (twice: the caller's query and the call itself), and each shape's loop builds one string key per
+  // compiled entry.
+  struct Key {
+    int64_t M, N, K;
+    int device;
+    bool operator==(Key const& o) const { return M == o.M && N == o.N && K == o.K && device == o.device; }
+  };
+  struct Hash {
+    size_t operator()(Key const& k) const {
+      size_t h = std::hash<int64_t>{}(k.M);
+      for (int64_t v : {k.N, k.K, static_cast<int64_t>(k.device)}) h = h * 1000003u ^ std::hash<int64_t>{}(v);
+      return h;
+    }
+  };
+  static std::mutex mutex;
+  static std::unordered_map<Key, size_t, Hash> memo;
+  Key const key{M, N, K, device};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+  }
+  size_t const bytes = over_entries();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (memo.size() > (1u << 16)) memo.clear();
+  memo.emplace(key, bytes);
   return bytes;
 }
 
