@@ -268,6 +268,15 @@ TEST(FusedLse, Vocab128kLarge) {
   check_all(d, true);
 }
 
+// K = 8192: the default path without stored logits takes the cooperative 128x256 kernel (bf16,
+// linear_rowscale_lse.cu), the one with logits the pingpong kernel.
+TEST(FusedLse, LongK) {
+  CODA_REQUIRE_SM90();
+  LseCase const c{300, 1000, 8192, 30.0, -100, 0.1, true};
+  LseData const d = make_lse(c, 8192);
+  check_all(d, false);
+}
+
 // A target outside [0, V) that is not ignore_index: that row's lse and target logit are NaN (no host sync); every
 // other row is unaffected.
 TEST(FusedLse, BadTargetIsNaN) {

@@ -313,6 +313,13 @@ TEST(FusedForward, LinearRowscaleSwigluLarge) {
   swiglu_shapes({{1031, 16384, 2048}, {4096, 2048, 2048}});
 }
 
+// The default path's shape rules (linear_rowscale_swiglu.cu): K = 8192 takes the cooperative 128x256 kernel
+// (bf16), K = 4096 the pingpong one rastered along M; small M and N keep the float64 reference cheap.
+TEST(FusedForward, LinearRowscaleSwigluLongK) {
+  CODA_REQUIRE_SM90();
+  swiglu_shapes({{300, 528, 8192}, {129, 272, 4096}});
+}
+
 std::vector<RopeCase> rope_small_cases() {
   RopeHeads const gqa64{4, 2, 64}, mha128{2, 2, 128}, one64{1, 1, 64}, gqa128{8, 1, 128};
   return {{1, 8, one64, 100},       {7, 264, gqa64, 4096},     {1000, 264, mha128, 8192},
