@@ -313,8 +313,8 @@ TEST(FusedForward, LinearRowscaleSwigluLarge) {
   swiglu_shapes({{1031, 16384, 2048}, {4096, 2048, 2048}});
 }
 
-// The default path's shape rules (linear_rowscale_swiglu.cu): K = 8192 takes the cooperative 128x256 kernel
-// (bf16), K = 4096 the pingpong one rastered along M; small M and N keep the float64 reference cheap.
+// Long reductions (the llama3-70B and 8B gate/up K) on every config and the default path; small M and N keep the
+// float64 reference cheap.
 TEST(FusedForward, LinearRowscaleSwigluLongK) {
   CODA_REQUIRE_SM90();
   swiglu_shapes({{300, 528, 8192}, {129, 272, 4096}});

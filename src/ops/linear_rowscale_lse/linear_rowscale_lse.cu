@@ -25,15 +25,7 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
                                              kn::fwd_fp16_nologits_pp_128x128x64_c2x1());
   // Default: pingpong (the exp-per-element epilogue overlaps the other warpgroup's MMA), raster along N, no
   // swizzle: the best setting of the H200 sweep (0.94-0.97 x cuBLAS at llama3-1B/8B/70B; swizzle 8 was up to 1.16x).
-  // Without stored logits at K >= 8192 (70B, bf16): the cooperative 128x256, raster along N, no swizzle: 0.959 x
-  // cuBLAS at M = 8192 where the pingpong took 1.052 x with these knobs and 0.999 x at its best (bench_fused
-  // --sweep, bench/results/fused_sweep_h200_d6e113e/); the long mainloop hides the exposed epilogue, and as for F3
-  // (linear_rowscale_swiglu.cu) the larger tile reads fewer operand bytes per FLOP. The kernel that also stores
-  // the logits was not measured this way and stays pingpong.
-  if (!choice.pinned) {
-    if (K >= 8192 && !fp16 && !store_logits) choice.ops = &kn::fwd_bf16_nologits_coop_128x256x64_c2x1();
-    choice.knobs = raster_n(1);
-  }
+  if (!choice.pinned) choice.knobs = raster_n(1);
   gemm::Knobs const& knobs = choice.knobs;
   gemm::KernelOps<LseArgs> const& k = *choice.ops;
   if (k.info.tile_m < kLseTileM || k.info.tile_n < kLseTileN) {
