@@ -5,11 +5,14 @@ count the time before the first kernel starts).
 
 For the forward and the forward+backward it times, without synchronizing inside a batch of --calls calls (the GPU
 falls behind, so the CPU never waits on it; a synchronize ends each batch, outside the timing):
-  nn      coda.ops.block with autograd (what a training step runs), and its backward through autograd
-  op      the torch.library custom op (coda::block_forward / coda::block_backward) called directly
+  nn      coda.ops.block with autograd (what a training step runs), and its backward through autograd; in eager
+          mode on plain tensors this goes through coda's autograd.Function fast path (_library._eager), not the
+          torch.library dispatcher
+  op      the torch.library custom op (coda::block_forward / coda::block_backward) called directly: the path under
+          torch.compile and tracing (not a layer of the `nn` row)
   kernels coda._kernels.block_forward / block_backward (output allocation, descriptors, the C call)
   c_abi   the C call alone, descriptors built beforehand (libcoda's validation, dispatch and launches)
-Differences between rows are what each layer adds. --cprofile prints where the `nn` forward+backward spends its
+Differences between the nn, kernels and c_abi rows are what each layer adds. --cprofile prints where the `nn` forward+backward spends its
 time (cProfile, sorted by own time). Prints a table; no JSON.
 """
 from __future__ import annotations
