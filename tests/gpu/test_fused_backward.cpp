@@ -331,6 +331,31 @@ TEST(FusedBackward, LinearSwigluBwdZdz) {
   for (B3Case const& c : cases) check_b3(make_b3(c, seed++), c.M >= 1000, c.M <= 1000);
 }
 
+// z reaches the kernel as 32-bit words through the TMA C load (ElementC = float as a container): a pair whose up
+// value u is +-0 (or a 16-bit denormal) reads as a float zero or denormal, which must arrive bit for bit (a flush
+// to zero would drop g and make du = dy silu(g) zero). Every fifth pair has u = +0, every seventh u = -0, every
+// eleventh g = 0 too.
+TEST(FusedBackward, LinearSwigluBwdZdzZeroUp) {
+  CODA_REQUIRE_SM90();
+  auto run = [] {
+    B3Case const c{300, 136, 264, true};
+    B3Data d = make_b3(c, 97);
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t i = 0; i < c.F; ++i) {
+        if ((m + i) % 5 == 0) d.z(m, 2 * i + 1) = 0.0;
+        if ((m + i) % 7 == 0) d.z(m, 2 * i + 1) = -0.0;
+        if ((m + i) % 11 == 0) d.z(m, 2 * i) = 0.0;
+      }
+    }
+    d.ref = linear_swiglu_bwd_zdz(d.dx, d.w, d.z);
+    d.unf = linear_swiglu_bwd_zdz_unfused(d.dx, d.w, d.z, g_dt);
+    check_b3(d, false, true);
+  };
+  run();
+  coda::test::UseFp16 const fp16(g_dt);
+  run();
+}
+
 TEST(FusedBackwardFp16, LinearSwigluBwdZdz) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);
