@@ -55,3 +55,28 @@ def test_gpu_sampler_samples_the_gpu_or_gives_nothing():
         assert got == {}
     else:
         assert got["telemetry_samples"] >= 1 and got["sm_clock_mhz"] > 0 and got["power_w"] > 0
+
+
+def test_sweep_ops_pins_and_environment():
+    """bench/python/sweep_ops.py: the default candidates, and a pinned call sets CODA_OP_CONFIG only for its
+    duration (restoring an outer value, or its absence)."""
+    import os
+
+    import sweep_ops
+    pins = sweep_ops.default_pins()
+    assert pins[0] == "default" and len(pins) == 1 + 2 * 8 and len(set(pins)) == len(pins)
+    assert "coop_128x256x64_c2x1:raster=n,swizzle=2" in pins and "pp_128x128x64_c2x1:raster=m,swizzle=8" in pins
+    seen = []
+    probe = lambda: seen.append(os.environ.get("CODA_OP_CONFIG"))  # noqa: E731
+    old = os.environ.pop("CODA_OP_CONFIG", None)
+    try:
+        sweep_ops.pinned("pp_128x128x64_c2x1:raster=n,swizzle=8", probe)()
+        assert "CODA_OP_CONFIG" not in os.environ
+        os.environ["CODA_OP_CONFIG"] = "outer"
+        sweep_ops.pinned("default", probe)()
+        assert os.environ["CODA_OP_CONFIG"] == "outer"
+    finally:
+        os.environ.pop("CODA_OP_CONFIG", None)
+        if old is not None:
+            os.environ["CODA_OP_CONFIG"] = old
+    assert seen == ["pp_128x128x64_c2x1:raster=n,swizzle=8", None]
