@@ -128,8 +128,9 @@ def main():
                 if "error" in r:
                     print(f"| {cand} | error: {r['error']} | | | |")
                     continue
-                ratio = r["ms"] / base if base else None
-                print(f"| {cand} | {r['ms']:.4f} | {ratio:.3f} | {r['clock_mhz']:.0f} | {r['power_w']:.0f} |")
+                ratio = r["ms"] / base if base else None  # None when the cuBLAS candidate failed
+                shown = "n/a" if ratio is None else f"{ratio:.3f}"
+                print(f"| {cand} | {r['ms']:.4f} | {shown} | {r['clock_mhz']:.0f} | {r['power_w']:.0f} |")
                 rows.append(dict(op=op, config=name, M=M, N=N, K=K, candidate=cand, time_vs_cublas=ratio,
                                  commit=args.commit, **r))
             append_jsonl(args.out, rows)

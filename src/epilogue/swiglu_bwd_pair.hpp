@@ -10,8 +10,8 @@
 // Why a custom node: z and dz are twice the accumulator's width, which stock Sm90AuxLoad/AuxStore cannot map
 // (CUTLASS_EVT.md section 6), and a pair needs both of its z values. The wgmma/STSM fragment holds accumulator
 // columns (c, c+1) of one row at positions (4j, 4j+1) (row r) and (4j+2, 4j+3) (row r+8), c = 2*(lane%4) + 8j
-// (CUTLASS_EVT.md section 4), so their z/dz columns 2c .. 2c+3 are 8 contiguous bytes: one 64-bit load and one
-// 64-bit store per (row, j), a quad covering 32 contiguous bytes (a full sector); no shuffles for the math.
+// (CUTLASS_EVT.md section 4), so their dz columns 2c .. 2c+3 are 8 contiguous bytes: one 64-bit store per (row, j),
+// a quad covering 32 contiguous bytes (a full sector); no shuffles for the math.
 //
 // z reaches the node through the collective's TMA C load, viewed as 32-bit words: z [M, 2F] 16-bit is read as
 // C [M, F] with ElementC = float, ldc = ldz / 2, one word per accumulator element (its (g, u) pair, g in the low
@@ -130,8 +130,8 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
         : tC_cD(cute::forward<CoordTensor>(coords)), params(params), smem_thread(smem_thread) {}
 
     // Register budget: the pingpong consumer keeps its 128 accumulators live through the epilogue, so the
-    // callbacks hold only the coordinates, two pointers and the (static) subtile bookkeeping; M, F and the
-    // partials' offset come from Params (constant bank) or are recomputed in end(), row sums live in smem.
+    // callbacks hold only the coordinates, the Params pointer and one smem address; M, F and the partials' offset
+    // come from Params (constant bank) or are recomputed in end(), row sums live in smem.
     CoordTensor tC_cD;
     Params const* params;
     // Shared-window address (32-bit: one register) of this thread's row sums: the pair (rows r, r + 8) of epi_m e

@@ -450,8 +450,11 @@ GemmArgs synthetic(GemmArgs a) {
 
 // ---- public entry points -----------------------------------------------------------------------------------------
 
-size_t workspace_size(GemmArgs const& args) {
-  if (args.M <= 0 || args.N <= 0 || args.K <= 0) return 0;
+namespace {
+
+/// workspace_size(), or nothing when sizing failed (a CUDA error while querying a kernel): not a size to memoise.
+std::optional<size_t> try_workspace_size(GemmArgs const& args) {
+  if (args.M <= 0 || args.N <= 0 || args.K <= 0) return size_t{0};
   GemmArgs const a = synthetic(args);
   try {
     int device = 0;
@@ -491,9 +494,13 @@ size_t workspace_size(GemmArgs const& args) {
     return bytes;
   } catch (coda::detail::Error const&) {
     (void)cudaGetLastError();
-    return 0;
+    return std::nullopt;
   }
 }
+
+}  // namespace
+
+size_t workspace_size(GemmArgs const& args) { return try_workspace_size(args).value_or(0); }
 
 size_t workspace_size_for_shape(int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
@@ -502,6 +509,7 @@ size_t workspace_size_for_shape(int64_t M, int64_t N, int64_t K) {
     (void)cudaGetLastError();
     return 0;  // no device: nothing can run, nothing to size
   }
+  bool failed = false;  // some entry could not be sized: its 0 is not memoised
   auto over_entries = [&] {
     size_t bytes = 0;
     for (Entry const& e : kEntries) {
@@ -513,7 +521,9 @@ size_t workspace_size_for_shape(int64_t M, int64_t N, int64_t K) {
       a.dtype_d = e.dtype_d;
       a.a_col_major = e.layout == Layout::kWgrad;
       a.b_col_major = e.layout != Layout::kFwd;
-      bytes = std::max(bytes, workspace_size(a));
+      std::optional<size_t> const b = try_workspace_size(a);
+      failed = failed || !b;
+      bytes = std::max(bytes, b.value_or(0));
     }
     return bytes;
   };
@@ -543,6 +553,7 @@ size_t workspace_size_for_shape(int64_t M, int64_t N, int64_t K) {
     if (it != memo.end()) return it->second;
   }
   size_t const bytes = over_entries();
+  if (failed) return bytes;
   std::lock_guard<std::mutex> lock(mutex);
   if (memo.size() > (1u << 16)) memo.clear();
   memo.emplace(key, bytes);

@@ -332,7 +332,7 @@ TEST(FusedBackward, LinearSwigluBwdZdz) {
 }
 
 // z reaches the kernel as 32-bit words through the TMA C load (ElementC = float as a container): a pair whose up
-// value u is +-0 (or a 16-bit denormal) reads as a float zero or denormal, which must arrive bit for bit (a flush
+// value u is +-0 reads as a float zero or denormal, which must arrive bit for bit (a flush
 // to zero would drop g and make du = dy silu(g) zero). Every fifth pair has u = +0, every seventh u = -0, every
 // eleventh g = 0 too.
 TEST(FusedBackward, LinearSwigluBwdZdzZeroUp) {

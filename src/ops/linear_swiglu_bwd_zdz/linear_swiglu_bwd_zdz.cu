@@ -35,7 +35,13 @@ void linear_swiglu_bwd_zdz(int64_t M, int64_t F, int64_t d, void const* dx, int6
   op.A = dx, op.lda = ldx;
   op.B = w_down, op.ldb = ldw;
   op.D = y, op.ldd = ldy;
-  // z as C: [M, F] 32-bit words, one (g, u) pair per accumulator element (the epilogue program's header).
+  // z as C: [M, F] 32-bit words, one (g, u) pair per accumulator element (the epilogue program's header). The C
+  // API checks z (TMA-aligned, row stride % 8); this layer repeats what the word view needs, since an odd ldz
+  // would silently become a shorter word stride.
+  if (z == nullptr || (M > 1 && ldz % 8 != 0)) {
+    coda::detail::fail(CODA_ERROR_MISALIGNED, "coda_linear_swiglu_bwd_zdz: z must be non-null with a row stride that is a",
+                       " multiple of 8 elements (read as 32-bit words through TMA), got ldz=", ldz);
+  }
   op.C = z, op.ldc = ldz / 2;
   SwigluBwdArgs args;
   args.dz = dz;
