@@ -1,9 +1,11 @@
 // One test per validation rule of the C ABI: each asserts the status, that the message names the argument (and
 // the rule), and that nothing was written. Valid arguments reach the device stage (EXPECT_DEVICE_STAGE) for built
 // ops and CODA_ERROR_NOT_IMPLEMENTED for ops whose kernels are not built yet.
+#include <coda/block.h>
 #include <coda/coda.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <limits>
 #include <string>
 #include <utility>
@@ -13,6 +15,29 @@
 namespace {
 
 using coda::test::TensorPool;
+
+// The Python binding packs coda_tensor itself (python/coda/_C.py: struct "=Qii4q4qi4x", size 88, fields at
+// 0/8/12/16/48/80; its import asserts the same against the ctypes declaration): a change of the C struct must
+// change both, and this is the C side of that check.
+TEST(ApiLayout, TensorDescriptorMatchesThePythonPacking) {
+  static_assert(CODA_MAX_RANK == 4, "python/coda/_C.py packs 4 sizes and 4 strides");
+  EXPECT_EQ(sizeof(coda_tensor), 88u);
+  EXPECT_EQ(offsetof(coda_tensor, data), 0u);
+  EXPECT_EQ(offsetof(coda_tensor, dtype), 8u);
+  EXPECT_EQ(offsetof(coda_tensor, rank), 12u);
+  EXPECT_EQ(offsetof(coda_tensor, sizes), 16u);
+  EXPECT_EQ(offsetof(coda_tensor, strides), 48u);
+  EXPECT_EQ(offsetof(coda_tensor, device), 80u);
+  EXPECT_EQ(sizeof(coda_dtype), 4u);  // packed as a 32-bit int
+  // The block structs are six descriptors each, in the field order of _C.BlockWeights / BlockGrads / BlockSaved
+  // (filled by _C.tensors from one joined buffer).
+  EXPECT_EQ(sizeof(coda_block_weights), 6 * sizeof(coda_tensor));
+  EXPECT_EQ(sizeof(coda_block_grads), 6 * sizeof(coda_tensor));
+  EXPECT_EQ(sizeof(coda_block_saved), 6 * sizeof(coda_tensor));
+  EXPECT_EQ(offsetof(coda_block_weights, w_qkv), 5 * sizeof(coda_tensor));
+  EXPECT_EQ(offsetof(coda_block_grads, w_qkv), 5 * sizeof(coda_tensor));
+  EXPECT_EQ(offsetof(coda_block_saved, qkv), 5 * sizeof(coda_tensor));
+}
 
 
 // F1 with valid arguments: M=16, K=32, N=64, bf16.
