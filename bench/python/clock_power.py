@@ -12,20 +12,9 @@ implementation: the median time and every round's time@clock/power. No JSON.
 from __future__ import annotations
 
 import torch
+from common import timed_pipelined
 
 from coda import _kernels
-
-
-def event_ms(fn, reps=10):
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / reps
 
 
 def main():
@@ -51,7 +40,7 @@ def main():
         keys = list(fns)
         for r in range(3):
             for k in keys[r:] + keys[:r]:
-                t = event_ms(fns[k])
+                t = timed_pipelined(fns[k], 10, warmup=1)
                 runs[k].append((t, torch.cuda.clock_rate(), torch.cuda.power_draw() / 1000))
         for k, v in runs.items():
             med = sorted(x[0] for x in v)[1]

@@ -117,18 +117,15 @@ def main():
         _C.call("block_backward", cfg_c, weights_c, descs[0], descs[2], descs[3], saved_c, descs[4], None,
                 descs[5], descs[6], grads_c, ws_b.data_ptr(), ws_b.numel(), stream)
 
-    rows = [("nn (autograd)", nn_fwd, nn_fwd_bwd), ("op (custom op)", op_fwd, None),
-            ("kernels", k_fwd, None), ("c_abi", c_fwd, None)]
+    # (layer, forward, backward, whether `backward` runs the forward too: autograd needs its graph)
+    rows = [("nn (autograd)", nn_fwd, nn_fwd_bwd, True), ("op (custom op)", op_fwd, op_bwd, False),
+            ("kernels", k_fwd, k_bwd, False), ("c_abi", c_fwd, c_bwd, False)]
     print(f"host time per call, {args.config}, {args.calls} unsynchronized calls per batch, median of 5 batches")
     print("| layer | forward us | backward us |")
     print("|---|---:|---:|")
-    bwd_fns = {"nn (autograd)": None, "op (custom op)": op_bwd, "kernels": k_bwd, "c_abi": c_bwd}
-    for label, f, fb in rows:
+    for label, f, b, with_forward in rows:
         tf = per_call_us(f, args.calls)
-        if fb is not None:
-            tb = per_call_us(fb, args.calls) - tf
-        else:
-            tb = per_call_us(bwd_fns[label], args.calls)
+        tb = per_call_us(b, args.calls) - (tf if with_forward else 0.0)
         print(f"| {label} | {tf:.1f} | {tb:.1f} |")
     if args.cprofile:
         prof = cProfile.Profile()

@@ -38,8 +38,6 @@ DTYPE = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2, torch.int32: 3, 
 REDUCTION = {"none": 0, "mean": 1, "sum": 2}
 
 
-
-
 class Tensor(ctypes.Structure):
     """coda_tensor."""
 
@@ -78,8 +76,8 @@ class BlockConfig(ctypes.Structure):
     ]
 
 
-# coda_tensor packed in one call: struct.pack + from_buffer_copy costs about half of building the ctypes
-# structure field by field (host time of every op call; a block call describes 16 tensors). The layout is checked
+# coda_tensor packed in one call: struct.pack + from_buffer_copy took about half the time of building the ctypes
+# structure field by field (2.0 vs 3.9 us per tensor on the development VM) (host time of every op call; a block call describes 16 tensors). The layout is checked
 # against the ctypes declaration at import.
 _TENSOR = struct.Struct("=Qii4q4qi4x")
 _PAD = tuple((0,) * (MAX_RANK - n) for n in range(MAX_RANK + 1))
@@ -241,11 +239,6 @@ def desc(t: torch.Tensor | None):
     if t is None:
         return None
     return ctypes.byref(Tensor.from_buffer_copy(_packed(t)))
-
-
-def value(t: torch.Tensor):
-    """A coda_tensor by value."""
-    return Tensor.from_buffer_copy(_packed(t))
 
 
 def tensors(cls, *ts: torch.Tensor):

@@ -28,10 +28,9 @@ def _expected(t):
     lambda: torch.zeros(2, 3, 4, 5, dtype=torch.int64),
     lambda: torch.zeros(0, 16, dtype=torch.bfloat16),
 ])
-def test_desc_and_value_fields(make):
+def test_desc_fields(make):
     t = make()
     assert _fields(_C.desc(t)._obj) == _expected(t)
-    assert _fields(_C.value(t)) == _expected(t)
     assert _C.desc(None) is None
 
 
