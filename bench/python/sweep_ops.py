@@ -13,7 +13,15 @@ one after another, drifted 2-5 % against its own main measurement (bench/results
 Ops (their GEMM shapes as in bench_fused): f1_out (o-projection + residual + RMSNorm partials), f1_down
 (down-projection, the same epilogue), f3 (gate/up + SwiGLU, interleaved weight), f4 (q/k/v + RoPE), f5 (LM head +
 log-sum-exp through coda_linear_cross_entropy with one chunk: F5 without stored logits plus its small finishing
-kernels; V = 128256). Default pins: `default` and every compiled bf16 config x raster n/m x swizzle 1/2/4/8.
+kernels; V = 128256), f2_lm (F2, linear_rowscale, at the LM head's shape: one chunk of its training pass);
+backward: b2_qkv, b2_gu and b2_lm (B2, linear_residual_rmsnorm_bwd: the dgrad of the q/k/v and of the gate/up
+projection with the norm backward, dx_in given; of the LM head, K = V, alpha = 1/M) and b3 (B3,
+linear_swiglu_bwd_zdz: the down projection's dgrad with the SwiGLU backward); plain: gemm_gu and gemm_down
+(coda_gemm at the gate/up and down shapes) and wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv (the block's weight
+gradients, dW = dz^T a with K = tokens), pinned through CODA_GEMM_CONFIG; `default` is coda_gemm's autotuned pick.
+Default pins: `default` and every config the op has compiled in bf16 (forward ops: cooperative 128x256 and
+pingpong 128x128; backward ops: pingpong only; plain forward: those two, the pingpong 128x128 with a 2x2 cluster
+and the cooperative 256x128 1x2; wgrad: stream-K, cooperative and pingpong) x raster n/m x swizzle 1/2/4/8.
 
 Prints, per (op, config, tokens), the candidates sorted by median time: ms, time / cuBLAS, median clock and power;
 --out appends one JSON line per candidate.
@@ -21,23 +29,54 @@ Prints, per (op, config, tokens), the candidates sorted by median time: ms, time
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 from pathlib import Path
 
 import torch
 from common import CONFIGS, append_jsonl, interleaved, timed_pipelined
 
-from coda import _kernels
+from coda import _C, _kernels
 
 FUSED_CONFIGS = ("coop_128x256x64_c2x1", "pp_128x128x64_c2x1")
+BACKWARD_OPS = ("b2_qkv", "b2_gu", "b2_lm", "b3")  # compiled with the pingpong config only
+# coda_gemm: pinned through CODA_GEMM_CONFIG, `default` = its autotuned pick
+PLAIN_OPS = ("gemm_gu", "gemm_down", "wgrad_o", "wgrad_gu", "wgrad_down", "wgrad_qkv")
+PLAIN_CONFIGS = ("coop_128x256x64_c2x1", "pp_128x128x64_c2x1", "pp_128x128x64_c2x2", "coop_256x128x64_c1x2")
+WGRAD_CONFIGS = ("sk_128x256x64_c2x1", "coop_128x256x64_c2x1", "pp_128x128x64_c2x1")  # compiled for wgrad bf16
 VOCAB = 128256
 
 
-def default_pins():
+def default_pins(op="f3"):
     pins = ["default"]
-    for c in FUSED_CONFIGS:
+    configs = (FUSED_CONFIGS[1:] if op in BACKWARD_OPS else WGRAD_CONFIGS if op.startswith("wgrad")
+               else PLAIN_CONFIGS if op in PLAIN_OPS else FUSED_CONFIGS)
+    for c in configs:
         pins += [f"{c}:raster={r},swizzle={s}" for r in "nm" for s in (1, 2, 4, 8)]
     return pins
+
+
+def plain_gemm(A, B, device):
+    """coda_gemm D = A B^T as a call without arguments; the workspace is sized while a pin is set, which sizes it
+    for every compiled kernel (any pin then fits)."""
+    from bench_gemm import coda_gemm_call
+    D = torch.empty(A.shape[0], B.shape[0], device=device, dtype=torch.bfloat16)
+    old = os.environ.get("CODA_GEMM_CONFIG")
+    os.environ["CODA_GEMM_CONFIG"] = "cublas"
+    try:
+        return coda_gemm_call(A, B, D, torch.device(device), _C.stream(torch.device(device)))
+    finally:
+        if old is None:
+            os.environ.pop("CODA_GEMM_CONFIG", None)
+        else:
+            os.environ["CODA_GEMM_CONFIG"] = old
+
+
+def last_gemm_choice():
+    """The candidate coda_gemm ran last on this thread (the gemm_hooks.h test hook)."""
+    f = _C.library().coda_gemm_last_choice
+    f.restype, f.argtypes = ctypes.c_char_p, []
+    return f().decode()
 
 
 def make_op(op, cfg, M, device="cuda"):
@@ -48,6 +87,15 @@ def make_op(op, cfg, M, device="cuda"):
     def rand(*shape, std=1.0):
         return (torch.randn(*shape, device=device, generator=g) * std).to(torch.bfloat16)
     rstd = torch.rand(M, device=device, generator=g) + 0.5
+    if op in ("gemm_gu", "gemm_down"):  # the plain GEMM (coda_gemm) of the gate/up or the down projection
+        K, N = (d, 2 * F) if op == "gemm_gu" else (F, d)
+        a, w = rand(M, K), rand(N, K, std=K ** -0.5)
+        return plain_gemm(a, w, device), (M, N, K), (lambda: torch.matmul(a, w.t()))
+    if op in PLAIN_OPS:  # a weight gradient dW [rows, cols] = dz^T a, K = M tokens (wgrad layout: both views)
+        rows, cols = {"wgrad_o": (d, hq * hd), "wgrad_gu": (2 * F, d), "wgrad_down": (d, F),
+                      "wgrad_qkv": ((hq + 2 * hkv) * hd, d)}[op]
+        dz, a = rand(M, rows), rand(M, cols)
+        return plain_gemm(dz.t(), a.t(), device), (rows, cols, M), (lambda: torch.matmul(dz.t(), a))
     if op in ("f1_out", "f1_down"):
         K = hq * hd if op == "f1_out" else F
         a, w, residual = rand(M, K), rand(d, K, std=K ** -0.5), rand(M, d, std=4.0)
@@ -70,24 +118,43 @@ def make_op(op, cfg, M, device="cuda"):
         targets = torch.randint(0, VOCAB, (M,), device=device, generator=g)
         return (lambda: _kernels.linear_cross_entropy(h, w, rstd, targets, -100, "mean", 0.0, 0.0, 0.0, M)), \
             (M, VOCAB, d), (lambda: torch.matmul(h, w.t()))
-    raise ValueError(f"--ops: unknown op {op!r} (f1_out, f1_down, f3, f4, f5)")
+    if op in ("b2_qkv", "b2_gu"):
+        Kd = (hq + 2 * hkv) * hd if op == "b2_qkv" else 2 * F
+        dz, w = rand(M, Kd), rand(Kd, d, std=Kd ** -0.5)
+        x, dx_in = rand(M, d, std=4.0), rand(M, d)
+        gamma, zdz = 1 + rand(d, std=0.1), torch.randn(M, device=device, generator=g)
+        return (lambda: _kernels.linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, 1.0)), (M, d, Kd), \
+            (lambda: torch.matmul(dz, w))
+    if op == "f2_lm":  # one chunk of the LM head's training pass: logits = diag(rstd) h w^T
+        w = rand(VOCAB, d, std=d ** -0.5)
+        return (lambda: _kernels.linear_rowscale(h, w, rstd)), (M, VOCAB, d), (lambda: torch.matmul(h, w.t()))
+    if op == "b2_lm":  # the LM head's dgrad of one chunk with the final norm's backward (K = V)
+        dz, w = rand(M, VOCAB, std=1e-3), rand(VOCAB, d, std=d ** -0.5)
+        x, gamma, zdz = rand(M, d, std=4.0), 1 + rand(d, std=0.1), torch.randn(M, device=device, generator=g)
+        return (lambda: _kernels.linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, None, 1.0 / M)), \
+            (M, d, VOCAB), (lambda: torch.matmul(dz, w))
+    if op == "b3":
+        dx, w_down, z = rand(M, d), rand(d, F, std=d ** -0.5), rand(M, 2 * F)
+        return (lambda: _kernels.linear_swiglu_bwd_zdz(dx, w_down, z)), (M, F, d), (lambda: torch.matmul(dx, w_down))
+    raise ValueError(f"--ops: unknown op {op!r} (f1_out, f1_down, f2_lm, f3, f4, f5, b2_qkv, b2_gu, b2_lm, b3, "
+                     "gemm_gu, gemm_down, wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv)")
 
 
-def pinned(pin, fn):
-    """fn with CODA_OP_CONFIG set to pin for the call (unset for `default`), restored after."""
+def pinned(pin, fn, var="CODA_OP_CONFIG"):
+    """fn with the environment variable `var` set to pin for the call (unset for `default`), restored after."""
     def call():
-        old = os.environ.get("CODA_OP_CONFIG")
+        old = os.environ.get(var)
         if pin == "default":
-            os.environ.pop("CODA_OP_CONFIG", None)
+            os.environ.pop(var, None)
         else:
-            os.environ["CODA_OP_CONFIG"] = pin
+            os.environ[var] = pin
         try:
             return fn()
         finally:
             if old is None:
-                os.environ.pop("CODA_OP_CONFIG", None)
+                os.environ.pop(var, None)
             else:
-                os.environ["CODA_OP_CONFIG"] = old
+                os.environ[var] = old
     return call
 
 
@@ -110,17 +177,21 @@ def main():
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--commit", default="unknown")
     args = p.parse_args()
-    pins = [x for x in args.pins.split(";") if x] if args.pins else default_pins()
     for spec in args.configs.split(","):
         name, tokens = spec.split(":")
         for op in args.ops.split(","):
             fn, (M, N, K), cublas = make_op(op, CONFIGS[name], int(tokens))
             cands = {"cublas": measure(cublas, args.reps)}
+            pins = [x for x in args.pins.split(";") if x] if args.pins else default_pins(op)
             for pin in pins:
-                cands[pin] = measure(pinned(pin, fn), args.reps)
+                var = "CODA_GEMM_CONFIG" if op in PLAIN_OPS else "CODA_OP_CONFIG"
+                cands[pin] = measure(pinned(pin, fn, var), args.reps)
             got = interleaved(cands, args.rounds)
             base = got["cublas"].get("ms")
             print(f"\n{op} {name} M={M} N={N} K={K}: {args.rounds} rounds x {args.reps} back-to-back calls")
+            if op in PLAIN_OPS and "default" in pins:
+                pinned("default", fn, "CODA_GEMM_CONFIG")()
+                print(f"default = {last_gemm_choice()}")
             print("| candidate | ms | time / cuBLAS | MHz | W |")
             print("|---|---:|---:|---:|---:|")
             rows = []

@@ -41,4 +41,11 @@ gemm::Knobs raster_n(int swizzle) {
   return k;
 }
 
+gemm::Knobs raster_m(int swizzle) {
+  gemm::Knobs k;
+  k.raster = gemm::Raster::kAlongM;
+  k.swizzle = swizzle;
+  return k;
+}
+
 }  // namespace coda::ops

@@ -55,5 +55,7 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
 /// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused
 /// kernels on the LLaMA shapes (bench/results/fused_h200_*: the default heuristic raster lost up to 25 %).
 gemm::Knobs raster_n(int swizzle);
+/// The same along M.
+gemm::Knobs raster_m(int swizzle);
 
 }  // namespace coda::ops

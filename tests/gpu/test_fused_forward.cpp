@@ -246,6 +246,13 @@ TEST(FusedForward, LinearResidualRmsnormLarge) {
   residual_shapes(large_shapes());
 }
 
+// The default path's shape rule (linear_residual_rmsnorm.cu): a down-projection with K >= 12288 takes the
+// cooperative 128x256 kernel (bf16); every config is run too. Small M and N keep the float64 reference cheap.
+TEST(FusedForward, LinearResidualRmsnormLongK) {
+  CODA_REQUIRE_SM90();
+  residual_shapes({{300, 520, 12288}, {129, 264, 14336}});
+}
+
 TEST(FusedForward, LinearResidualRmsnormInPlace) {
   CODA_REQUIRE_SM90();
   for (Shape s : {Shape{7, 264, 264}, Shape{1000, 2048, 264}, Shape{4097, 264, 2048}}) {

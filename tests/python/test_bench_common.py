@@ -66,6 +66,9 @@ def test_sweep_ops_pins_and_environment():
     pins = sweep_ops.default_pins()
     assert pins[0] == "default" and len(pins) == 1 + 2 * 8 and len(set(pins)) == len(pins)
     assert "coop_128x256x64_c2x1:raster=n,swizzle=2" in pins and "pp_128x128x64_c2x1:raster=m,swizzle=8" in pins
+    backward = sweep_ops.default_pins("b3")  # the backward ops have only the pingpong kernel compiled
+    assert backward[0] == "default" and len(backward) == 1 + 8 and not any("coop" in p for p in backward)
+    assert "pp_128x128x64_c2x2:raster=n,swizzle=8" in sweep_ops.default_pins("gemm_gu")
     seen = []
     probe = lambda: seen.append(os.environ.get("CODA_OP_CONFIG"))  # noqa: E731
     old = os.environ.pop("CODA_OP_CONFIG", None)
@@ -79,4 +82,6 @@ def test_sweep_ops_pins_and_environment():
         os.environ.pop("CODA_OP_CONFIG", None)
         if old is not None:
             os.environ["CODA_OP_CONFIG"] = old
-    assert seen == ["pp_128x128x64_c2x1:raster=n,swizzle=8", None]
+    sweep_ops.pinned("cublas", lambda: seen.append(os.environ.get("CODA_GEMM_CONFIG")), "CODA_GEMM_CONFIG")()
+    assert "CODA_GEMM_CONFIG" not in os.environ
+    assert seen == ["pp_128x128x64_c2x1:raster=n,swizzle=8", None, "cublas"]

@@ -15,7 +15,19 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
   // Pingpong 128x128 (the SwiGLU epilogue, with 1.5x the plain GEMM's output bytes, overlaps the other
   // warpgroup's MMA), raster along N, swizzle 8: 0.98-1.01 x cuBLAS on the LLaMA gate/up shapes, where the
   // cooperative 128x256 took 1.16-1.28 x and the default raster up to 1.4 x (bench/results/fused_h200_*).
-  if (!choice.pinned) choice.knobs = raster_n(8);
+  // At K >= 8192 (llama3-70B, bf16) the cooperative 128x256, raster along M, swizzle 8: under sustained load
+  // (bench/python/sweep_ops.py, back-to-back calls at the 700 W limit, M = 8192; bench/results/sweep_ops_h200/)
+  // 1.057 and 1.040 x cuBLAS in two runs against the pingpong default's 1.083 and 1.101 x; the pingpong kernel
+  // ran at ~1235 MHz, the cooperative one at ~1435 MHz, and the long mainloop hides most of the exposed
+  // epilogue. At 8B (K = 4096) and 1B the pingpong default was the best candidate.
+  if (!choice.pinned) {
+    if (K >= 8192 && !fp16) {
+      choice.ops = &kn::fwd_bf16_coop_128x256x64_c2x1();
+      choice.knobs = raster_m(8);
+    } else {
+      choice.knobs = raster_n(8);
+    }
+  }
   gemm::Knobs const& knobs = choice.knobs;
   gemm::Operands op;
   op.M = M, op.N = N, op.K = K;
