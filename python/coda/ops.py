@@ -191,6 +191,40 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
     through a block can be backpropagated once: a second backward (retain_graph=True, gradcheck) is refused by
     autograd's version check. inplace_backward=False keeps z1 (the backward works on a copy) for such uses.
     """
+    tensors = (y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq)
+    if torch.compiler.is_compiling():  # traced once per graph: no cache state inside the trace
+        _block_checks(*tensors, n_q_heads, n_kv_heads, head_dim, eps)
+    else:
+        key = _signature(tensors, (n_q_heads, n_kv_heads, head_dim, eps))
+        if key is None or key != _block_checked[0]:
+            _block_checks(*tensors, n_q_heads, n_kv_heads, head_dim, eps)
+            _block_checked[0] = key
+    pos = positions.reshape(-1).to(torch.int32)
+    inv = inv_freq.to(torch.float32) if x0.is_cuda else inv_freq
+    x1, rstd1, z1, x2, rstd2, qkv = lib.block_forward(_rows(y0), _rows(x0), w_o, gamma1, w_gu, w_down, gamma2,
+                                                      w_qkv, pos, inv, int(n_q_heads), int(n_kv_heads),
+                                                      int(head_dim), float(eps), bool(inplace_backward))
+    return x2.reshape(x0.shape), qkv.reshape(*x0.shape[:-1], w_qkv.shape[0])
+
+
+# The argument signature of the last block call that passed _block_checks: a model calls block once per layer with
+# the same shapes, dtypes and devices, and the checks (~0.1-0.2 ms of Python per call, all before the first kernel)
+# depend on nothing else. One entry, per process; a changed signature is checked again.
+_block_checked = [None]
+
+
+def _signature(tensors, scalars):
+    """(type, shape, dtype, device) of each tensor plus the scalars, or None when an argument is not a tensor (the
+    checks then run and name it)."""
+    try:
+        return tuple((type(t), t.shape, t.dtype, t.device) for t in tensors) + tuple(
+            (type(v), v) for v in scalars)
+    except AttributeError:
+        return None
+
+
+def _block_checks(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,
+                  head_dim, eps):
     op = "block"
     _norm_args(op, x0, gamma1, w_gu, eps)
     for name, t in (("y0", y0), ("w_o", w_o), ("w_down", w_down), ("gamma2", gamma2), ("w_qkv", w_qkv)):
@@ -214,12 +248,6 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
         raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x0.shape[:-1])}, got "
                          f"{tuple(positions.shape)}")
     check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
-    pos = positions.reshape(-1).to(torch.int32)
-    inv = inv_freq.to(torch.float32) if x0.is_cuda else inv_freq
-    x1, rstd1, z1, x2, rstd2, qkv = lib.block_forward(_rows(y0), _rows(x0), w_o, gamma1, w_gu, w_down, gamma2,
-                                                      w_qkv, pos, inv, int(n_q_heads), int(n_kv_heads),
-                                                      int(head_dim), float(eps), bool(inplace_backward))
-    return x2.reshape(x0.shape), qkv.reshape(*x0.shape[:-1], w_qkv.shape[0])
 
 
 def _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap):

@@ -56,6 +56,27 @@ def test_python_checks(call, exc, match):
         call()
 
 
+def test_block_checks_after_a_passing_call():
+    """ops.block skips its Python checks for an argument signature that passed them last time (its host-time cache);
+    any change of shape, dtype, device, type or scalar is checked again."""
+    hq, hkv, hd, d, F, M = 1, 1, 64, 64, 64, 2
+    args = [_t(M, hq * hd), _t(M, d), _t(d, hq * hd), _t(d), _t(2 * F, d), _t(d, F), _t(d), _t((hq + 2 * hkv) * hd, d),
+            torch.arange(M), _t(hd // 2), hq, hkv, hd]
+    coda.ops.block(*args)
+    coda.ops.block(*args)  # the cached signature
+    bad = list(args)
+    bad[8] = torch.arange(M + 1)
+    with pytest.raises(ValueError, match="`positions` must have shape"):
+        coda.ops.block(*bad)
+    with pytest.raises(ValueError, match="`eps` must be > 0"):
+        coda.ops.block(*args, -1.0)
+    bad = list(args)
+    bad[6] = _t(d, dtype=torch.float64)
+    with pytest.raises(TypeError, match="`gamma2` has dtype"):
+        coda.ops.block(*bad)
+    coda.ops.block(*args)  # and back
+
+
 @requires_gpu
 def test_gpu_device_mismatch_and_dtype():
     x, g, w = _t(3, 64, dtype=torch.bfloat16, device="cuda"), _t(64, dtype=torch.bfloat16), \
