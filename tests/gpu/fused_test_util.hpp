@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,19 +38,29 @@ class UseFp16 {
 
 inline std::string config_name(char const* config) { return config != nullptr ? config : "default"; }
 
-/// Sets CODA_OP_CONFIG (or unsets it for nullptr) for the lifetime of the object.
+/// Sets CODA_OP_CONFIG (or unsets it for nullptr) for the lifetime of the object, then restores the previous value.
 class PinConfig {
  public:
   explicit PinConfig(char const* config) {
+    if (char const* outer = std::getenv("CODA_OP_CONFIG")) outer_ = outer;
     if (config != nullptr) {
       setenv("CODA_OP_CONFIG", config, 1);
     } else {
       unsetenv("CODA_OP_CONFIG");
     }
   }
-  ~PinConfig() { unsetenv("CODA_OP_CONFIG"); }
+  ~PinConfig() {  // restores the value the test started with (a pin set from outside, or none)
+    if (outer_) {
+      setenv("CODA_OP_CONFIG", outer_->c_str(), 1);
+    } else {
+      unsetenv("CODA_OP_CONFIG");
+    }
+  }
   PinConfig(PinConfig const&) = delete;
   PinConfig& operator=(PinConfig const&) = delete;
+
+ private:
+  std::optional<std::string> outer_;
 };
 
 struct Shape {
