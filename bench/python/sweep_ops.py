@@ -20,8 +20,9 @@ linear_swiglu_bwd_zdz: the down projection's dgrad with the SwiGLU backward); pl
 (coda_gemm at the gate/up and down shapes) and wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv (the block's weight
 gradients, dW = dz^T a with K = tokens), pinned through CODA_GEMM_CONFIG; `default` is coda_gemm's autotuned pick.
 Default pins: `default` and every config the op has compiled in bf16 (forward ops: cooperative 128x256 and
-pingpong 128x128; backward ops: pingpong only; plain forward: those two, the pingpong 128x128 with a 2x2 cluster
-and the cooperative 256x128 1x2; wgrad: stream-K, cooperative and pingpong) x raster n/m x swizzle 1/2/4/8.
+pingpong 128x128; backward ops: pingpong only; plain forward: the six configs of docs/GEMM.md; wgrad: stream-K,
+cooperative and pingpong) x raster n/m x swizzle 1/2/4/8. (Stop 17's run 4 also timed a pingpong 128x128 with a
+2x2 cluster, built for that run only: bench/results/sweep_ops_h200/.)
 
 Prints, per (op, config, tokens), the candidates sorted by median time: ms, time / cuBLAS, median clock and power;
 --out appends one JSON line per candidate.
@@ -42,7 +43,8 @@ FUSED_CONFIGS = ("coop_128x256x64_c2x1", "pp_128x128x64_c2x1")
 BACKWARD_OPS = ("b2_qkv", "b2_gu", "b2_lm", "b3")  # compiled with the pingpong config only
 # coda_gemm: pinned through CODA_GEMM_CONFIG, `default` = its autotuned pick
 PLAIN_OPS = ("gemm_gu", "gemm_down", "wgrad_o", "wgrad_gu", "wgrad_down", "wgrad_qkv")
-PLAIN_CONFIGS = ("coop_128x256x64_c2x1", "pp_128x128x64_c2x1", "pp_128x128x64_c2x2", "coop_256x128x64_c1x2")
+PLAIN_CONFIGS = ("coop_128x256x64_c2x1", "coop_128x256x64_c1x1", "pp_128x128x64_c2x1", "pp_64x256x64_c2x1",
+                 "coop_256x128x64_c1x2", "sk_128x256x64_c2x1")  # compiled for the forward layout (docs/GEMM.md)
 WGRAD_CONFIGS = ("sk_128x256x64_c2x1", "coop_128x256x64_c2x1", "pp_128x128x64_c2x1")  # compiled for wgrad bf16
 VOCAB = 128256
 
@@ -57,8 +59,8 @@ def default_pins(op="f3"):
 
 
 def plain_gemm(A, B, device):
-    """coda_gemm D = A B^T as a call without arguments; the workspace is sized while a pin is set, which sizes it
-    for every compiled kernel (any pin then fits)."""
+    """coda_gemm D = A B^T as a call without arguments. The workspace covers the tuner's candidates (sized with a pin
+    set, which skips the size memo); a pin that needs more fails loudly (CODA_ERROR_WORKSPACE), never silently."""
     from bench_gemm import coda_gemm_call
     D = torch.empty(A.shape[0], B.shape[0], device=device, dtype=torch.bfloat16)
     old = os.environ.get("CODA_GEMM_CONFIG")

@@ -192,12 +192,10 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
     autograd's version check. inplace_backward=False keeps z1 (the backward works on a copy) for such uses.
     """
     tensors = (y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq)
-    if torch.compiler.is_compiling():  # traced once per graph: no cache state inside the trace
+    key = _signature(tensors, (n_q_heads, n_kv_heads, head_dim, eps))
+    if key is None or key != _block_checked[0]:
         _block_checks(*tensors, n_q_heads, n_kv_heads, head_dim, eps)
-    else:
-        key = _signature(tensors, (n_q_heads, n_kv_heads, head_dim, eps))
-        if key is None or key != _block_checked[0]:
-            _block_checks(*tensors, n_q_heads, n_kv_heads, head_dim, eps)
+        if key is not None:
             _block_checked[0] = key
     pos = positions.reshape(-1).to(torch.int32)
     inv = inv_freq.to(torch.float32) if x0.is_cuda else inv_freq
@@ -214,13 +212,14 @@ _block_checked = [None]
 
 
 def _signature(tensors, scalars):
-    """(type, shape, dtype, device) of each tensor plus the scalars, or None when an argument is not a tensor (the
-    checks then run and name it)."""
-    try:
-        return tuple((type(t), t.shape, t.dtype, t.device) for t in tensors) + tuple(
-            (type(v), v) for v in scalars)
-    except AttributeError:
+    """(type, shape, dtype, device) of each tensor plus the scalars; None (run the checks, store nothing) when an
+    argument is not a plain tensor or Parameter, or while anything traces: torch.compile, make_fx and other dispatch
+    modes, jit tracing, functorch transforms. Their shapes can be symbolic, and a stored one would outlive the trace
+    or turn into a guard of the next one."""
+    if (torch.compiler.is_compiling() or lib._dispatch_mode() is not None or lib._tracing_or_transformed()
+            or not all(type(t) in lib._PLAIN for t in tensors)):
         return None
+    return tuple((type(t), t.shape, t.dtype, t.device) for t in tensors) + tuple((type(v), v) for v in scalars)
 
 
 def _block_checks(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,

@@ -24,8 +24,8 @@ struct KernelChoice {
 };
 
 /// Every fused op compiles bf16 {coop_128x256x64_c2x1, pp_128x128x64_c2x1} and fp16 {pp_128x128x64_c2x1}. Returns
-/// the pinned kernel among those of the dtype, else the pingpong one (the default of every op, docs/FUSED_OPS.md
-/// "Dispatch").
+/// the pinned kernel among those of the dtype, else the pingpong one; the op then applies its own shape rules
+/// (some take the cooperative kernel at long K: docs/FUSED_OPS.md "Dispatch").
 template <class Args>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_coop,
                                  gemm::KernelOps<Args> const& bf16_pp, gemm::KernelOps<Args> const& fp16_pp) {

@@ -68,7 +68,9 @@ def test_sweep_ops_pins_and_environment():
     assert "coop_128x256x64_c2x1:raster=n,swizzle=2" in pins and "pp_128x128x64_c2x1:raster=m,swizzle=8" in pins
     backward = sweep_ops.default_pins("b3")  # the backward ops have only the pingpong kernel compiled
     assert backward[0] == "default" and len(backward) == 1 + 8 and not any("coop" in p for p in backward)
-    assert "pp_128x128x64_c2x2:raster=n,swizzle=8" in sweep_ops.default_pins("gemm_gu")
+    plain = sweep_ops.default_pins("gemm_gu")  # the forward layout's six compiled configs
+    assert len(plain) == 1 + 6 * 8 and "sk_128x256x64_c2x1:raster=m,swizzle=2" in plain
+    assert not any("c2x2" in p for p in plain)
     seen = []
     probe = lambda: seen.append(os.environ.get("CODA_OP_CONFIG"))  # noqa: E731
     old = os.environ.pop("CODA_OP_CONFIG", None)

@@ -77,6 +77,28 @@ def test_block_checks_after_a_passing_call():
     coda.ops.block(*args)  # and back
 
 
+def test_block_check_cache_is_not_used_while_tracing():
+    """make_fx traces with fake tensors and symbolic shapes: ops.block neither stores nor compares their signature
+    (a stored SymInt outlived its trace and failed the next one; compared, it specialised the next trace's shapes)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    hq, hkv, hd, d, F, M = 1, 1, 64, 64, 64, 3
+    inputs = (_t(M, hq * hd), _t(M, d), _t(d, hq * hd), _t(d), _t(2 * F, d), _t(d, F), _t(d),
+              _t((hq + 2 * hkv) * hd, d), torch.arange(M), _t(hd // 2))
+
+    def f(*tensors):
+        return coda.ops.block(*tensors, hq, hkv, hd)
+
+    f(*inputs)  # an eager call stores its signature
+    stored = coda.ops._block_checked[0]
+    make_fx(f, tracing_mode="fake")(*inputs)
+    assert coda.ops._block_checked[0] == stored  # nothing stored from the trace
+    for _ in range(2):
+        g = make_fx(f, tracing_mode="symbolic")(*inputs)
+        y0 = next(n for n in g.graph.nodes if n.op == "placeholder").meta["val"]
+        assert isinstance(y0.shape[0], torch.SymInt), f"the symbolic trace was specialised: {y0.shape}"
+    assert coda.ops._block_checked[0] == stored
+
+
 @requires_gpu
 def test_gpu_device_mismatch_and_dtype():
     x, g, w = _t(3, 64, dtype=torch.bfloat16, device="cuda"), _t(64, dtype=torch.bfloat16), \

@@ -33,8 +33,8 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   // default took 1.144-1.165 x (1.182 x): the pingpong kernel ran at 1230-1320 MHz against the cooperative one's
   // 1440-1470 MHz at the same power (its 128x128 tiles move more operand bytes per FLOP), and with K this long the
   // cooperative kernel's exposed epilogue is a few % of the tile. At 8B (K = 14336) the two were within each
-  // other's run-to-run noise (+-5 %) and the block forward was 0.4 ms slower with the cooperative one, so it keeps
-  // the pingpong default, as does 1B (K = 8192: 0.959 x, the best candidate).
+  // other's run-to-run noise (+-5 %, either one ahead) and the block forward did not improve with the cooperative
+  // one, so it keeps the pingpong default, as does 1B (K = 8192: 0.959 x, the best candidate).
   if (!choice.pinned) {
     if (K <= 2 * N) {
       choice.knobs = raster_n(1);
