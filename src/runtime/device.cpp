@@ -16,8 +16,13 @@ int device_count_or_throw() {
   cudaError_t const err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    detail::fail(CODA_ERROR_ARCH, "no usable CUDA device: cudaGetDeviceCount failed with ", cudaGetErrorName(err),
-                 " (", cudaGetErrorString(err), "); CODA kernels need an sm_90 GPU (H100/H200) and its driver");
+    // The runtime reports a machine without any NVIDIA driver as an "insufficient" one: say what it means.
+    char const* const meaning = err == cudaErrorInsufficientDriver
+                                    ? "no NVIDIA driver is loaded on this machine, or it is older than the CUDA "
+                                      "runtime libcoda was built with"
+                                    : err == cudaErrorNoDevice ? "no CUDA device is visible" : "the CUDA runtime failed";
+    detail::fail(CODA_ERROR_ARCH, "no usable CUDA device: ", meaning, " (cudaGetDeviceCount: ", cudaGetErrorName(err),
+                 ", ", cudaGetErrorString(err), "); CODA kernels need an sm_90 GPU (H100/H200) and its driver");
   }
   if (count == 0) detail::fail(CODA_ERROR_ARCH, "no CUDA device found; CODA kernels need an sm_90 GPU (H100/H200)");
   return count;
