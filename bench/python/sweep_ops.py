@@ -25,7 +25,10 @@ cooperative and pingpong) x raster n/m x swizzle 1/2/4/8. (Stop 17's run 4 also 
 2x2 cluster, built for that run only: bench/results/sweep_ops_h200/.)
 
 Prints, per (op, config, tokens), the candidates sorted by median time: ms, time / cuBLAS, median clock and power;
---out appends one JSON line per candidate.
+--out appends one JSON line per candidate. `default (repeat)` times the default a second time, as its own
+candidate (--no-noise leaves it out): the difference between the two copies, printed as the noise floor, is how
+far apart two candidates must be before the ranking means anything (1-3 % on 70B shapes, up to 5-9 % on
+sub-millisecond ones at stop 17).
 """
 from __future__ import annotations
 
@@ -160,6 +163,17 @@ def pinned(pin, fn, var="CODA_OP_CONFIG"):
     return call
 
 
+REPEAT = "default (repeat)"
+
+
+def noise_floor(got):
+    """|a - b| / min(a, b) between the two copies of `default`, or None when either is missing or failed."""
+    a, b = got.get("default", {}).get("ms"), got.get(REPEAT, {}).get("ms")
+    if a is None or b is None:
+        return None
+    return abs(a - b) / min(a, b)
+
+
 def measure(fn, reps):
     def run():
         ms = timed_pipelined(fn, reps)
@@ -176,6 +190,8 @@ def main():
                         "'default;coop_128x256x64_c2x1:raster=n,swizzle=2' (default: see the docstring)")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--no-noise", dest="noise", action="store_false",
+                   help="leave out the second copy of `default` that measures the run's noise floor")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--commit", default="unknown")
     args = p.parse_args()
@@ -185,9 +201,11 @@ def main():
             fn, (M, N, K), cublas = make_op(op, CONFIGS[name], int(tokens))
             cands = {"cublas": measure(cublas, args.reps)}
             pins = [x for x in args.pins.split(";") if x] if args.pins else default_pins(op)
+            var = "CODA_GEMM_CONFIG" if op in PLAIN_OPS else "CODA_OP_CONFIG"
             for pin in pins:
-                var = "CODA_GEMM_CONFIG" if op in PLAIN_OPS else "CODA_OP_CONFIG"
                 cands[pin] = measure(pinned(pin, fn, var), args.reps)
+            if args.noise and "default" in pins:  # the same candidate twice: the run's own noise floor
+                cands[REPEAT] = measure(pinned("default", fn, var), args.reps)
             got = interleaved(cands, args.rounds)
             base = got["cublas"].get("ms")
             print(f"\n{op} {name} M={M} N={N} K={K}: {args.rounds} rounds x {args.reps} back-to-back calls")
@@ -207,6 +225,9 @@ def main():
                 rows.append(dict(op=op, config=name, M=M, N=N, K=K, candidate=cand, time_vs_cublas=ratio,
                                  commit=args.commit, **r))
             append_jsonl(args.out, rows)
+            spread = noise_floor(got)
+            if spread is not None:
+                print(f"noise floor: `default` and `{REPEAT}` (the same candidate) differ by {100 * spread:.1f} %")
 
 
 if __name__ == "__main__":

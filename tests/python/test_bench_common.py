@@ -87,3 +87,6 @@ def test_sweep_ops_pins_and_environment():
     sweep_ops.pinned("cublas", lambda: seen.append(os.environ.get("CODA_GEMM_CONFIG")), "CODA_GEMM_CONFIG")()
     assert "CODA_GEMM_CONFIG" not in os.environ
     assert seen == ["pp_128x128x64_c2x1:raster=n,swizzle=8", None, "cublas"]
+    got = {"default": {"ms": 2.0}, sweep_ops.REPEAT: {"ms": 2.1}, "x": {"error": "E"}}
+    assert abs(sweep_ops.noise_floor(got) - 0.05) < 1e-12
+    assert sweep_ops.noise_floor({"default": {"ms": 2.0}, sweep_ops.REPEAT: {"error": "E"}}) is None
