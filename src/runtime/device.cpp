@@ -17,10 +17,12 @@ int device_count_or_throw() {
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     // The runtime reports a machine without any NVIDIA driver as an "insufficient" one: say what it means.
-    char const* const meaning = err == cudaErrorInsufficientDriver
-                                    ? "no NVIDIA driver is loaded on this machine, or it is older than the CUDA "
-                                      "runtime libcoda was built with"
-                                    : err == cudaErrorNoDevice ? "no CUDA device is visible" : "the CUDA runtime failed";
+    char const* meaning = "the CUDA runtime failed";
+    if (err == cudaErrorInsufficientDriver) {
+      meaning = "no NVIDIA driver is loaded on this machine, or it is older than the CUDA runtime libcoda was built with";
+    } else if (err == cudaErrorNoDevice) {
+      meaning = "no CUDA device is visible";
+    }
     detail::fail(CODA_ERROR_ARCH, "no usable CUDA device: ", meaning, " (cudaGetDeviceCount: ", cudaGetErrorName(err),
                  ", ", cudaGetErrorString(err), "); CODA kernels need an sm_90 GPU (H100/H200) and its driver");
   }

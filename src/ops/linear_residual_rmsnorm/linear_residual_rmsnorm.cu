@@ -28,13 +28,13 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   // other's MMA) with raster along N: best or within 3 % of the best config x knobs at every LLaMA shape of the
   // sweep (bench/results/fused_h200_*); the long-K down-projection keeps the default raster (measured better).
   // The down-projection at K >= 16384 (llama3-70B, bf16) takes the cooperative 128x256, raster along N,
-  // swizzle 8: under sustained load (bench/python/sweep_ops.py, back-to-back calls at the 700 W limit, M = 8192;
-  // bench/results/sweep_ops_h200/) 0.971-0.979 x cuBLAS at 70B (1.023 x at M = 16384), where the pingpong
-  // default took 1.144-1.165 x (1.182 x): the pingpong kernel ran at 1230-1320 MHz against the cooperative one's
-  // 1440-1470 MHz at the same power (its 128x128 tiles move more operand bytes per FLOP), and with K this long the
-  // cooperative kernel's exposed epilogue is a few % of the tile. At 8B (K = 14336) the two were within each
-  // other's run-to-run noise (+-5 %, either one ahead) and the block forward did not improve with the cooperative
-  // one, so it keeps the pingpong default, as does 1B (K = 8192: 0.959 x, the best candidate).
+  // swizzle 8. Under sustained load (bench/python/sweep_ops.py, back-to-back calls at the 700 W limit, M = 8192;
+  // bench/results/sweep_ops_h200/) it took 0.971-0.979 x cuBLAS at 70B (1.023 x at M = 16384), where the pingpong
+  // default took 1.144-1.165 x (1.182 x). In run 3 the pingpong variants ran at 1245-1320 MHz against the
+  // cooperative kernel's 1350-1470 MHz at the same power (128x128 tiles move more operand bytes per FLOP), and
+  // with K this long the cooperative kernel's exposed epilogue is a few % of the tile. At 8B (K = 14336) the two
+  // were within each other's run-to-run noise (+-5 %, either one ahead) and the block forward did not improve
+  // with the cooperative one, so it keeps the pingpong default, as does 1B (K = 8192: 0.959 x, the best).
   if (!choice.pinned) {
     if (K <= 2 * N) {
       choice.knobs = raster_n(1);
