@@ -19,7 +19,7 @@ int device_count_or_throw() {
     // The runtime reports a machine without any NVIDIA driver as an "insufficient" one: say what it means.
     char const* meaning = "the CUDA runtime failed";
     if (err == cudaErrorInsufficientDriver) {
-      meaning = "no NVIDIA driver is loaded on this machine, or it is older than the CUDA runtime libcoda was built with";
+      meaning = "no NVIDIA driver is loaded on this machine, or it is older than the CUDA runtime of libcoda";
     } else if (err == cudaErrorNoDevice) {
       meaning = "no CUDA device is visible";
     }
