@@ -1,4 +1,4 @@
-"""One command for the Python-side benchmark suite (issue 7): runs the block, LM-head and end-to-end benchmarks and
+"""One command for the Python-side benchmark suite: runs the block, LM-head and end-to-end benchmarks and
 the training comparison, then writes JSON lines, PNG plots and a Markdown report into one folder.
 
     python bench/python/report.py                      # everything, into bench/results/python_<commit>/
