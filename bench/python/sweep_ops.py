@@ -62,19 +62,11 @@ def default_pins(op="f3"):
 
 
 def plain_gemm(A, B, device):
-    """coda_gemm D = A B^T as a call without arguments. The workspace covers the tuner's candidates (sized with a pin
-    set, which skips the size memo); a pin that needs more fails loudly (CODA_ERROR_WORKSPACE), never silently."""
+    """coda_gemm D = A B^T as a call without arguments. Its workspace covers the tuner's candidates; a pin that needs
+    more fails loudly (CODA_ERROR_WORKSPACE), never silently."""
     from bench_gemm import coda_gemm_call
     D = torch.empty(A.shape[0], B.shape[0], device=device, dtype=torch.bfloat16)
-    old = os.environ.get("CODA_GEMM_CONFIG")
-    os.environ["CODA_GEMM_CONFIG"] = "cublas"
-    try:
-        return coda_gemm_call(A, B, D, torch.device(device), _C.stream(torch.device(device)))
-    finally:
-        if old is None:
-            os.environ.pop("CODA_GEMM_CONFIG", None)
-        else:
-            os.environ["CODA_GEMM_CONFIG"] = old
+    return coda_gemm_call(A, B, D, torch.device(device), _C.stream(torch.device(device)))
 
 
 def last_gemm_choice():

@@ -77,8 +77,8 @@ class BlockConfig(ctypes.Structure):
 
 
 # coda_tensor packed in one call: struct.pack + from_buffer_copy took about half the time of building the ctypes
-# structure field by field (2.0 vs 3.9 us per tensor on the development VM) (host time of every op call; a block call describes 16 tensors). The layout is checked
-# against the ctypes declaration at import.
+# structure field by field (2.0 vs 3.9 us per tensor on the development VM). That is host time of every op call; a
+# block call describes 16 tensors. The layout is checked against the ctypes declaration at import.
 _TENSOR = struct.Struct("=Qii4q4qi4x")
 _PAD = tuple((0,) * (MAX_RANK - n) for n in range(MAX_RANK + 1))
 assert _TENSOR.size == ctypes.sizeof(Tensor) and [getattr(Tensor, f).offset for f, _ in Tensor._fields_] == [

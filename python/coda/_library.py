@@ -494,6 +494,14 @@ def _tracing_or_transformed():
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a model's weights are Parameters; any other subclass may dispatch
 
 
+def eager_plain(args) -> bool:
+    """True when a call with these arguments runs plainly eager: not under torch.compile, no dispatch mode, no jit
+    trace or functorch transform, every tensor argument a plain Tensor or Parameter. Then an op may take its fast
+    path (its function directly) and ops.block may reuse its argument checks."""
+    return not (torch.compiler.is_compiling() or _dispatch_mode() is not None or _tracing_or_transformed()
+                or not all(type(a) in _PLAIN for a in args if isinstance(a, Tensor)))
+
+
 def _eager(name: str):
     op, fn, mutated = _OPS[name]
     params = list(inspect.signature(fn).parameters)
@@ -512,8 +520,7 @@ def _eager(name: str):
                         {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
     def call(*args, **kwargs):
-        if (kwargs or torch.compiler.is_compiling() or _dispatch_mode() is not None or _tracing_or_transformed()
-                or not all(type(a) in _PLAIN for a in args if isinstance(a, Tensor))):
+        if kwargs or not eager_plain(args):
             return op(*args, **kwargs)
         wants_grad = torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args)
         if wants_grad:

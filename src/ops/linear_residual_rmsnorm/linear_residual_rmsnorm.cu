@@ -31,8 +31,9 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   // swizzle 8. Under sustained load (bench/python/sweep_ops.py, back-to-back calls at the 700 W limit, M = 8192;
   // bench/results/sweep_ops_h200/) it took 0.971-0.979 x cuBLAS at 70B (1.023 x at M = 16384), where the pingpong
   // default took 1.144-1.165 x (1.182 x). In run 3 the pingpong variants ran at 1245-1320 MHz against the
-  // cooperative kernel's 1350-1470 MHz at the same power (128x128 tiles move more operand bytes per FLOP), and
-  // with K this long the cooperative kernel's exposed epilogue is a few % of the tile. At 8B (K = 14336) the two
+  // cooperative kernel's 1350-1470 MHz at the same power (128x128 tiles load more operand bytes per FLOP: computed,
+  // not profiled), and with K this long the cooperative kernel's exposed epilogue is a small part of the tile (an
+  // estimate; the epilogue's share was not profiled). At 8B (K = 14336) the two
   // were within each other's run-to-run noise (+-5 %, either one ahead) and the block forward did not improve
   // with the cooperative one, so it keeps the pingpong default, as does 1B (K = 8192: 0.959 x, the best).
   if (!choice.pinned) {

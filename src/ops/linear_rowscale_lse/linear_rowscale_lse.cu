@@ -29,9 +29,9 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
   // M = 8192, V = 128256; bench/results/sweep_ops_h200/): pingpong n/8 1.007 x cuBLAS at 1B and 1.062 x at
   // 8B, cooperative n/8 1.045 x at 70B, where raster N without swizzle (the best of bench_fused's one-after-another
   // sweep, and still the default with stored logits, which was not measured this way) took 1.125 / 1.189 /
-  // 1.187 x. Without swizzle a wave of tiles spans one 128-row band and hundreds of vocabulary columns, so the
-  // weight streams from DRAM once per row band; at the power limit that traffic costs SM clock (1155 MHz against
-  // 1395-1425 MHz).
+  // 1.187 x, at 1155 MHz against 1395-1425 MHz. The likely reason (from the tile order, not profiled): without
+  // swizzle a wave of tiles spans one 128-row band and hundreds of vocabulary columns, so the weight streams from
+  // DRAM once per row band.
   if (!choice.pinned) {
     if (store_logits) {
       choice.knobs = raster_n(1);

@@ -18,8 +18,8 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
   // At K >= 8192 (llama3-70B, bf16) the cooperative 128x256, raster along M, swizzle 8: under sustained load
   // (bench/python/sweep_ops.py, back-to-back calls at the 700 W limit, M = 8192; bench/results/sweep_ops_h200/)
   // 1.057 and 1.040 x cuBLAS in two runs against the pingpong default's 1.083 and 1.101 x; the pingpong kernel
-  // ran at ~1235 MHz, the cooperative one at ~1435 MHz, and the long mainloop hides most of the exposed
-  // epilogue. At 8B (K = 4096) and 1B the pingpong default was the best candidate or within noise of it.
+  // ran at ~1235 MHz, the cooperative one at ~1435 MHz (the cooperative kernel's exposed epilogue was not
+  // profiled). At 8B (K = 4096) and 1B the pingpong default was the best candidate or within noise of it.
   if (!choice.pinned) {
     if (K >= 8192 && !fp16) {
       choice.ops = &kn::fwd_bf16_coop_128x256x64_c2x1();
