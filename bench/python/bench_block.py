@@ -11,17 +11,23 @@ loop); the result is the median over rounds. Taking turns matters on the H200: s
 backward = (forward+backward) - forward. Peak memory: torch.cuda.max_memory_allocated above the inputs during one
 forward+backward. --device cpu runs the tiny config for a smoke test (wall clock; no Liger, no profile).
 Each line of --out is one (config, tokens, implementation) with times in ms and the ratios to CODA.
+
+--coda-variant LABEL=SPEC (repeatable) adds an implementation `coda:LABEL`: the CODA block with CODA_OP_CONFIG=SPEC
+set around each of its calls (SPEC's per-op form pins single fused ops, e.g.
+`f3=linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8`), so that one op's config is A/B-tested in the
+block, taking turns with the default, rather than in isolation (docs/FUSED_OPS.md "Dispatch").
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import (CONFIGS, EPS, append_jsonl, hf_rms_norm, interleaved, is_cuda, peak_extra_gib, profile,
-                    rotate_half, timed, timed_pipelined)
+from common import (CONFIGS, EPS, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda, peak_extra_gib,
+                    profile, rotate_half, timed, timed_pipelined)
 
 import coda
 
@@ -85,13 +91,22 @@ def coda_runner(cfg, w, pos, inv):
     return fwd, params
 
 
-def prepare_impl(name, fwd, inputs, params, reps, device="cuda"):
+def op_config(spec):
+    """CODA_OP_CONFIG=spec for the duration (None: leave it as it is)."""
+    return contextlib.nullcontext() if spec is None else env_var("CODA_OP_CONFIG", spec)
+
+
+def prepare_impl(name, fwd, inputs, params, reps, device="cuda", spec=None):
     """Warms fwd up, measures its peak memory, and returns (peak GiB, measure, profiled calls): measure() times it
-    once (one round of common.interleaved)."""
+    once (one round of common.interleaved). spec: CODA_OP_CONFIG around every call, forward and backward."""
     grads_out = None
     cuda = is_cuda(device)
 
     def fwd_bwd():
+        with op_config(spec):
+            fwd_bwd_call()
+
+    def fwd_bwd_call():
         nonlocal grads_out
         outs = fwd(*inputs)
         if grads_out is None:
@@ -102,8 +117,9 @@ def prepare_impl(name, fwd, inputs, params, reps, device="cuda"):
 
     # the forward with autograd on (it saves what the backward needs) is what a training step runs
     def forward_train():
-        outs = fwd(*inputs)
-        del outs
+        with op_config(spec):
+            outs = fwd(*inputs)
+            del outs
 
     fwd_bwd()
     peak = peak_extra_gib(fwd_bwd) if cuda else None  # not measured on the CPU
@@ -126,8 +142,17 @@ def main():
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--commit", default="unknown")
     p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
+    p.add_argument("--coda-variant", action="append", default=[], metavar="LABEL=SPEC",
+                   help="add implementation coda:LABEL, the CODA block run with CODA_OP_CONFIG=SPEC (repeatable)")
     args = p.parse_args()
     impls = args.impls.split(",")
+    variants = {}
+    for v in args.coda_variant:
+        label, eq, spec = v.partition("=")
+        if not eq or not label or not spec or "," in label:
+            p.error(f"--coda-variant {v!r}: expected LABEL=SPEC (LABEL without commas, SPEC a CODA_OP_CONFIG value)")
+        variants[f"coda:{label}"] = spec
+    impls += [k for k in variants if k not in impls]
     dev = args.device
     cuda = is_cuda(dev)
     gpu = torch.cuda.get_device_name() if cuda else "cpu"
@@ -139,7 +164,7 @@ def main():
         prepared, errors = {}, {}
         for impl in impls:  # build and warm every implementation, then time them taking turns
             try:
-                if impl == "coda":
+                if impl == "coda" or impl in variants:
                     fwd, params = coda_runner(cfg, w, pos, inv)
                 elif impl == "eager":
                     fwd, params = (lambda a, b: torch_block(a, b, w, cos, sin, cfg)), list(w.values())
@@ -151,7 +176,7 @@ def main():
                     fwd, params = (lambda a, b: torch_block(a, b, w, cos, sin, cfg, **lf)), list(w.values())
                 else:
                     raise ValueError(impl)
-                prepared[impl] = prepare_impl(impl, fwd, [y0, x0], params, args.reps, dev)
+                prepared[impl] = prepare_impl(impl, fwd, [y0, x0], params, args.reps, dev, variants.get(impl))
             except Exception as e:  # report, do not hide: the line says what failed
                 errors[impl] = f"{type(e).__name__}: {e}"[:300]
         times = interleaved({k: v[1] for k, v in prepared.items()}, args.rounds)

@@ -2,7 +2,9 @@
 them, the CUDA-event timer, and the import of the checkout's `coda` package."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import statistics
 import sys
@@ -81,6 +83,24 @@ def timed_pipelined(fn, reps, warmup=3, device="cuda"):
     b.record()
     b.synchronize()
     return a.elapsed_time(b) / reps
+
+
+@contextlib.contextmanager
+def env_var(var, value):
+    """The environment variable `var` set to `value` (None: unset) for the duration, then restored (or unset again).
+    libcoda reads CODA_OP_CONFIG and CODA_GEMM_CONFIG on every call, so this pins a config per call."""
+    old = os.environ.get(var)
+    if value is None:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = old
 
 
 def interleaved(measures, rounds):

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 from pathlib import Path
 
 import torch
-from common import CONFIGS, append_jsonl, interleaved, timed_pipelined
+from common import CONFIGS, append_jsonl, env_var, interleaved, timed_pipelined
 
 from coda import _C, _kernels
 
@@ -140,18 +139,8 @@ def make_op(op, cfg, M, device="cuda"):
 def pinned(pin, fn, var="CODA_OP_CONFIG"):
     """fn with the environment variable `var` set to pin for the call (unset for `default`), restored after."""
     def call():
-        old = os.environ.get(var)
-        if pin == "default":
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = pin
-        try:
+        with env_var(var, None if pin == "default" else pin):
             return fn()
-        finally:
-            if old is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = old
     return call
 
 

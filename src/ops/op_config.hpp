@@ -7,12 +7,18 @@
 
 namespace coda::ops {
 
-/// CODA_OP_CONFIG=<config name>[:<knobs>] (e.g. "pp_128x128x64_c2x1" or "coop_128x256x64_c2x1:raster=m,swizzle=4",
-/// knobs as gemm/knobs.hpp) pins the mainloop config, and optionally the scheduler knobs, of every fused op.
+/// CODA_OP_CONFIG pins the mainloop config, and optionally the scheduler knobs (syntax as gemm/knobs.hpp), of the
+/// fused ops. Two forms:
+///   global  "<config>[:<knobs>]", e.g. "pp_128x128x64_c2x1" or "coop_128x256x64_c2x1:raster=m,swizzle=4": every
+///           fused op;
+///   per op  "<op>=<config>[:<knobs>][;<op>=...]", e.g.
+///           "linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8;linear_residual_rmsnorm=pp_128x128x64_c2x1":
+///           only the named ops (C ABI names, "coda_" optional); the others keep their defaults. This is what lets
+///           a block benchmark A/B one op's config in place.
 /// Returns the index of the pinned config among the op's `count` compiled kernels and sets *knobs when knobs are
-/// given; -1 when the variable is unset or empty. A config the op does not have compiled, or a malformed knob, is
-/// an error (CODA_ERROR_INVALID_ARGUMENT) naming the variable, the op and the compiled configs — never a silent
-/// fallback. Read on every call, so tests and benchmarks can switch it with setenv.
+/// given; -1 when the variable is unset or empty or does not name this op. A config the op does not have
+/// compiled, a malformed knob, an unknown or repeated op name is an error (CODA_ERROR_INVALID_ARGUMENT) naming the
+/// variable — never a silent fallback. Read on every call, so tests and benchmarks can switch it with setenv.
 int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count, gemm::Knobs* knobs = nullptr);
 
 /// The kernel a fused op runs: the pinned one (CODA_OP_CONFIG) or the op's default, and its scheduler knobs.

@@ -274,6 +274,53 @@ TEST(FusedForward, PinnedUnknownConfigIsAnError) {
   EXPECT_NE(std::string(coda_last_error()).find("CODA_OP_CONFIG"), std::string::npos) << coda_last_error();
 }
 
+// The per-op form of CODA_OP_CONFIG: an entry applies to its op only, others keep their defaults; an unknown op
+// name, a repeated one or a malformed entry is an error on any fused call, before anything is written.
+TEST(FusedForward, PerOpPin) {
+  CODA_REQUIRE_SM90();
+  // A correct result through a per-op pin of F1 (the cooperative kernel with knobs), and with the pin naming
+  // another op only (F1 then takes its default).
+  ResidualData const d = make_residual({300, 264, 2048}, 4242);
+  check_residual(d, "linear_residual_rmsnorm=coop_128x256x64_c2x1:raster=n,swizzle=8", false, false);
+  check_residual(d, "coda_linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8;linear_rowscale=pp_128x128x64_c2x1",
+                 false, false);
+  DeviceBuffer dh(bytes16(7, 16)), dw(bytes16(16, 16)), dr(64), dy(bytes16(7, 16));
+  coda_tensor th = strided_tensor(dh.get(), g_dt, 7, 16, 16);
+  coda_tensor tw = strided_tensor(dw.get(), g_dt, 16, 16, 16);
+  coda_tensor ts = coda::test::device_tensor(dr.get(), CODA_FP32, {7});
+  coda_tensor ty = strided_tensor(dy.get(), g_dt, 7, 16, 16);
+  std::vector<uint16_t> const ones(7 * 16, 0x3f80);
+  std::vector<float> const rstd(7, 1.0f);
+  dh.upload(ones);
+  dw.upload(std::vector<uint16_t>(16 * 16, 0x3f80));
+  dr.upload(rstd);
+  {  // an entry for another op, with a config F2 does not compile: F2 runs its default
+    PinConfig const pin("linear_rowscale_swiglu=sk_128x256x64_c2x1");
+    EXPECT_EQ(coda_linear_rowscale(&th, &tw, &ts, &ty, nullptr, 0, nullptr), CODA_SUCCESS) << coda_last_error();
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  struct Bad {
+    char const* spec;
+    char const* says;
+  };
+  for (Bad const b : {Bad{"linear_rowscale=sk_128x256x64_c2x1", "no kernel for config"},
+                      Bad{"linear_rowscal=pp_128x128x64_c2x1", "is not a fused op"},
+                      Bad{"linear_rowscale=pp_128x128x64_c2x1;coda_linear_rowscale=pp_128x128x64_c2x1", "twice"},
+                      Bad{"linear_rowscale_rope=pp_128x128x64_c2x1;junk", "is not <op>=<config>"},
+                      Bad{"linear_rowscale=", "no config"},
+                      Bad{"linear_rowscale=pp_128x128x64_c2x1:raster=q", "CODA_OP_CONFIG"}}) {
+    SCOPED_TRACE(b.spec);
+    PinConfig const pin(b.spec);
+    dy.poison();
+    EXPECT_EQ(coda_linear_rowscale(&th, &tw, &ts, &ty, nullptr, 0, nullptr), CODA_ERROR_INVALID_ARGUMENT);
+    std::string const msg = coda_last_error();
+    EXPECT_NE(msg.find("CODA_OP_CONFIG"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(b.says), std::string::npos) << msg;
+    std::vector<uint16_t> const got = dy.download<uint16_t>(7 * 16);
+    for (uint16_t v : got) ASSERT_EQ(v, kPoison16) << "an output was written";
+  }
+}
+
 TEST(FusedForward, EmptyM) {
   CODA_REQUIRE_SM90();
   std::vector<DeviceBuffer> buf;

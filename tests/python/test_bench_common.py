@@ -90,3 +90,43 @@ def test_sweep_ops_pins_and_environment():
     got = {"default": {"ms": 2.0}, sweep_ops.REPEAT: {"ms": 2.1}, "x": {"error": "E"}}
     assert abs(sweep_ops.noise_floor(got) - 0.05) < 1e-12
     assert sweep_ops.noise_floor({"default": {"ms": 2.0}, sweep_ops.REPEAT: {"error": "E"}}) is None
+
+
+def test_bench_block_variant_sets_op_config_around_forward_and_backward():
+    """bench_block.py --coda-variant: CODA_OP_CONFIG is the variant's spec during the forward and the backward of
+    each call (the backward's fused ops read it too), and the outer value is back after; no spec leaves it alone."""
+    import os
+
+    import bench_block
+    import torch
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            seen.append(("fwd", os.environ.get("CODA_OP_CONFIG")))
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(("bwd", os.environ.get("CODA_OP_CONFIG")))
+            return g * 2
+    x = torch.ones(3, requires_grad=True)
+    old = os.environ.get("CODA_OP_CONFIG")
+    os.environ["CODA_OP_CONFIG"] = "outer"
+    try:
+        spec = "linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8"
+        _, measure, calls = bench_block.prepare_impl("coda:x", lambda a: (Probe.apply(a),), [x], [], 1, "cpu", spec)
+        assert seen == [("fwd", spec), ("bwd", spec)]  # the warm-up forward+backward
+        assert os.environ["CODA_OP_CONFIG"] == "outer"
+        seen.clear()
+        calls["forward"]()
+        assert seen == [("fwd", spec)] and os.environ["CODA_OP_CONFIG"] == "outer"
+        seen.clear()
+        bench_block.prepare_impl("coda", lambda a: (Probe.apply(a),), [x], [], 1, "cpu", None)
+        assert seen == [("fwd", "outer"), ("bwd", "outer")]
+    finally:
+        if old is None:
+            os.environ.pop("CODA_OP_CONFIG", None)
+        else:
+            os.environ["CODA_OP_CONFIG"] = old
