@@ -121,6 +121,15 @@ def linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_in
     return (dx, dw, dgamma, loss) if want_loss else (dx, dw, dgamma)
 
 
+def scale_cast(src, scale, dtype):
+    """out = R(src * scale) into `dtype` (bf16/fp16), the product in fp32, one rounding (the same bits as
+    torch.mul(src, scale, out=out)); src fp32 contiguous, scale an fp32 one-element tensor read on the device.
+    -> out, src's shape."""
+    out = torch.empty(src.shape, dtype=dtype, device=src.device)
+    _C.call("scale_cast", _d(src), _d(scale), _d(out), _C.stream(src.device))
+    return out
+
+
 def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size):
     """B1: dz = R(-theta) dqkv, zdz = (1/d) sum qkv dqkv. -> (dz, zdz)."""
     dz = torch.empty_like(dqkv, memory_format=torch.contiguous_format)

@@ -2,7 +2,8 @@
 // per chunk of rows F2 (recomputed logits) -> F6 (dlogits in place, zdz) -> B2 (dx, a, dgamma of the chunk) -> dW +=
 // dlogits^T a (fp32), so dlogits exist for one chunk at a time. The ops run through their own C entry points (a
 // failure there, after this validation, is a CODA bug reported with the step) plus two tiny internal kernels (the
-// mean's gradient scale over all rows, the fixed-order dgamma sum over chunks).
+// mean's gradient scale over all rows, the fixed-order dgamma sum over chunks). Also coda_scale_cast, which the
+// training step's backward applies to the fp32 weight gradient this call leaves.
 #include <coda/coda.h>
 #include <cuda_runtime_api.h>
 
@@ -186,6 +187,34 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
                                     o.reduction == CODA_REDUCTION_MEAN, p.count, static_cast<float*>(loss_out->data),
                                     st);
     }
+  });
+}
+
+CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* scale, coda_tensor* out, void* stream) {
+  return guarded("coda_scale_cast", [&] {
+    Arg const S{src, "src"}, G{scale, "scale"}, O{out, "out"};
+    api::require_tensor(S);
+    api::require_tensor(G);
+    api::require_tensor(O);
+    api::require_dtype(S, {CODA_FP32});
+    api::require_dtype(G, {CODA_FP32});
+    api::require_dtype(O, {CODA_BF16, CODA_FP16});
+    if (api::numel(*scale) != 1) {
+      fail(CODA_ERROR_SHAPE, "scale: must hold exactly one element ([] or [1]), got ", api::shape_string(*scale));
+    }
+    if (out->rank != src->rank || !std::equal(src->sizes, src->sizes + src->rank, out->sizes)) {
+      fail(CODA_ERROR_SHAPE, "out: sizes ", api::shape_string(*out), " must equal src's ", api::shape_string(*src));
+    }
+    api::require_contiguous(S);
+    api::require_contiguous(O);
+    api::require_no_overlap(O, S);
+    api::require_no_overlap(O, G);
+    int const device = api::require_same_device({S, G, O});
+    api::require_kernel_device(device, {S, G, O});
+    int64_t const n = api::numel(*src);
+    if (n == 0) return;
+    coda::kernels::scale_cast(static_cast<float const*>(src->data), static_cast<float const*>(scale->data),
+                              out->dtype, out->data, n, static_cast<cudaStream_t>(stream));
   });
 }
 

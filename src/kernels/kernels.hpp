@@ -1,6 +1,6 @@
 // Launchers of CODA's non-GEMM kernels (ARCHITECTURE.md layer 6): the RMSNorm final reduce and first-layer norm
-// preparation, cross-entropy (F6) over stored logits, the RoPE backward with its row dot (B1), and F5's
-// log-sum-exp finish over the GEMM epilogue's per-tile partials.
+// preparation, cross-entropy (F6) over stored logits, the RoPE backward with its row dot (B1), F5's
+// log-sum-exp finish over the GEMM epilogue's per-tile partials, and the scale-and-cast of an fp32 gradient.
 //
 // Plain host declarations: no CUTLASS, no device code, includable from any .cpp. Arguments are assumed valid
 // (src/api validates them first). Every launcher enqueues its kernels on `stream` without a host sync, checks each
@@ -122,6 +122,14 @@ void rope_bwd_zdz(RopeBwdArgs const& args, cudaStream_t stream);
 /// v columns; out has (n_q_heads + 2 n_kv_heads) * head_dim floats (F4's per-column broadcast vector).
 void expand_rope_inv_freq(float const* inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
                           float* out, cudaStream_t stream);
+
+// ---- scale and cast (scale_cast.cu) -------------------------------------------------------------------------------
+
+/// coda_scale_cast: out[i] = R(src[i] * scale[0]) for i < n: fp32 src, the fp32 scalar `scale` read on the device,
+/// out bf16 or fp16 (out_dtype), the product in fp32 rounded once to nearest even. src and out contiguous and
+/// disjoint; any alignment (16-byte vectors when src is 32-byte and out 16-byte aligned).
+void scale_cast(float const* src, float const* scale, coda_dtype out_dtype, void* out, int64_t n,
+                cudaStream_t stream);
 
 // ---- column partials (column_sum.cu) ----------------------------------------------------------------------------
 

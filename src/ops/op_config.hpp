@@ -12,7 +12,7 @@ namespace coda::ops {
 ///   global  "<config>[:<knobs>]", e.g. "pp_128x128x64_c2x1" or "coop_128x256x64_c2x1:raster=m,swizzle=4": every
 ///           fused op;
 ///   per op  "<op>=<config>[:<knobs>][;<op>=...]", e.g.
-///           "linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8;linear_residual_rmsnorm=pp_128x128x64_c2x1":
+///           "linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8;coda_linear_rowscale=pp_128x128x64_c2x1":
 ///           only the named ops (C ABI names, "coda_" optional); the others keep their defaults. This is what lets
 ///           a block benchmark A/B one op's config in place.
 /// Returns the index of the pinned config among the op's `count` compiled kernels and sets *knobs when knobs are

@@ -679,3 +679,38 @@ TEST(Abi, CppTensorViewTranspose) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- coda_scale_cast -----------------------------------------------------------------------------------------------
+
+TEST(DeviceStage, ScaleCast) {
+  TensorPool pool;
+  coda_tensor src = pool.make(CODA_FP32, {300, 7}), g = pool.make(CODA_FP32, {}), out = pool.make(CODA_BF16, {300, 7});
+  EXPECT_DEVICE_STAGE(coda_scale_cast(&src, &g, &out, nullptr), "src:");
+  coda_tensor g1 = pool.make(CODA_FP32, {1}), o16 = pool.make(CODA_FP16, {300, 7});
+  EXPECT_DEVICE_STAGE(coda_scale_cast(&src, &g1, &o16, nullptr), "src:");
+}
+
+TEST(OpRules, ScaleCastArguments) {
+  TensorPool pool;
+  coda_tensor src = pool.make(CODA_FP32, {64, 8}), g = pool.make(CODA_FP32, {}), out = pool.make(CODA_BF16, {64, 8});
+  coda_tensor src16 = pool.make(CODA_BF16, {64, 8}), g16 = pool.make(CODA_BF16, {});
+  coda_tensor out32 = pool.make(CODA_FP32, {64, 8}), g2 = pool.make(CODA_FP32, {2});
+  coda_tensor wrong = pool.make(CODA_BF16, {8, 64}), flat = pool.make(CODA_BF16, {512});
+  EXPECT_REJECTED(coda_scale_cast(&src16, &g, &out, nullptr), CODA_ERROR_DTYPE, "src");
+  EXPECT_REJECTED(coda_scale_cast(&src, &g16, &out, nullptr), CODA_ERROR_DTYPE, "scale");
+  EXPECT_REJECTED(coda_scale_cast(&src, &g, &out32, nullptr), CODA_ERROR_DTYPE, "out");
+  EXPECT_REJECTED(coda_scale_cast(&src, &g2, &out, nullptr), CODA_ERROR_SHAPE, "scale", "one element");
+  EXPECT_REJECTED(coda_scale_cast(&src, &g, &wrong, nullptr), CODA_ERROR_SHAPE, "out", "must equal src");
+  EXPECT_REJECTED(coda_scale_cast(&src, &g, &flat, nullptr), CODA_ERROR_SHAPE, "out", "must equal src");
+  EXPECT_REJECTED(coda_scale_cast(nullptr, &g, &out, nullptr), CODA_ERROR_INVALID_ARGUMENT, "src");
+  coda_tensor strided = pool.make(CODA_FP32, {64, 16});
+  strided.sizes[1] = 8;  // rows padded to 16: not contiguous
+  EXPECT_REJECTED(coda_scale_cast(&strided, &g, &out, nullptr), CODA_ERROR_LAYOUT, "src", "contiguous");
+  coda_tensor inside = out;  // out over the first bytes of src: overlap
+  inside.data = src.data;
+  EXPECT_REJECTED(coda_scale_cast(&src, &g, &inside, nullptr), CODA_ERROR_ALIASING, "out", "src");
+}
+
+}  // namespace

@@ -282,7 +282,9 @@ TEST(FusedForward, PerOpPin) {
   // another op only (F1 then takes its default).
   ResidualData const d = make_residual({300, 264, 2048}, 4242);
   check_residual(d, "linear_residual_rmsnorm=coop_128x256x64_c2x1:raster=n,swizzle=8", false, false);
-  check_residual(d, "coda_linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8;linear_rowscale=pp_128x128x64_c2x1",
+  check_residual(d,
+                 "coda_linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8;"
+                 "linear_rowscale=pp_128x128x64_c2x1",
                  false, false);
   DeviceBuffer dh(bytes16(7, 16)), dw(bytes16(16, 16)), dr(64), dy(bytes16(7, 16));
   coda_tensor th = strided_tensor(dh.get(), g_dt, 7, 16, 16);

@@ -369,11 +369,14 @@ def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype):
     for dev in devices:
         g = torch.Generator(device=dev).manual_seed(7)
         t = torch.randn(5003, 40, generator=g, device=dev) * 300.0
-        for s in (1 / 8192, 0.37, 3.0e-7):
-            scale = torch.tensor(s, device=dev)
-            got, want = _scaled_cast(t, scale, dtype), (t * scale).to(dtype)
-            assert got.dtype == dtype and got.shape == t.shape
-            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (dev, s)
+        t.view(-1)[::997] = torch.tensor([float("inf"), -0.0, 1e38, -1e-39], device=dev).repeat(51)[:201]
+        # on CUDA: coda_scale_cast's vector path, its scalar path (a view 12 bytes past alignment) and its tail
+        for view in (t, t.view(-1)[3:], t.view(-1)[8:-5]):
+            for s in (1 / 8192, 0.37, 3.0e-7, -2.5):
+                scale = torch.tensor(s, device=dev)
+                got, want = _scaled_cast(view, scale, dtype), (view * scale).to(dtype)
+                assert got.dtype == dtype and got.shape == view.shape
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (dev, s, view.shape)
         # under a create_graph backward the scale carries a gradient: the result must too (same bits)
         scale = torch.tensor(0.37, device=dev, requires_grad=True)
         got = _scaled_cast(t, scale, dtype)
