@@ -244,14 +244,28 @@ def short_kernel_name(name: str) -> str:
     return f"cutlass {sched} {atom.group(1) if atom else '?'} {tiles} [{', '.join(coda) or 'plain'}]"
 
 
+def is_gemm_kernel(name: str) -> bool:
+    """A GEMM kernel of the timeline: cuBLAS's nvjet / cutlass / xmma kernels, its split-K reduce, CUTLASS's
+    device_kernel instantiations (CODA's fused and plain GEMMs) and Inductor's Triton GEMM templates."""
+    return name.startswith("_ZN7cutlass13device_kernel") or re.search(
+        r"nvjet|cutlass|gemm|xmma|splitKreduce|triton_tem_", name, re.IGNORECASE) is not None
+
+
+def gemm_split(kernels):
+    """[(name, duration)] -> (GEMM time, GEMM launches, other kernel time), in the durations' unit."""
+    gemm = [d for n, d in kernels if is_gemm_kernel(n)]
+    return sum(gemm), len(gemm), sum(d for n, d in kernels if not is_gemm_kernel(n))
+
+
 def profile(name, fn, reps=3, rows=12):
     """--profile: where one call of fn spends its time on the GPU timeline (torch.profiler, CPU + CUDA).
 
     Prints, for the last of `reps` calls (each ended by a synchronize): the call's wall span, the summed kernel
     time, the GPU-idle time inside the span split into before the first kernel / between kernels / after the last,
-    the largest gaps with the kernels around them, the longest CUDA runtime calls (a blocking one shows here), the
-    kernels in launch order and by total time (CUTLASS names through short_kernel_name). The CPU-side wall time of
-    fn() without the synchronize (the enqueue cost) comes first."""
+    the GEMM kernels' total against the other kernels' (gemm_split), the largest gaps with the kernels around them,
+    the longest CUDA runtime calls (a blocking one shows here), the kernels in launch order (the first 40) and by
+    total time (the top `rows`; CUTLASS names through short_kernel_name). The CPU-side wall time of fn() without
+    the synchronize (the enqueue cost) comes first."""
     from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as torch_profile
     fn()
@@ -278,6 +292,9 @@ def profile(name, fn, reps=3, rows=12):
     busy = sum(e["dur"] for e in gpu)
     print(f"--- {name}: enqueue (CPU, no sync) {enqueue_ms:.3f} ms; profiled call span {call['dur'] / 1e3:.3f} ms, "
           f"kernels {busy / 1e3:.3f} ms in {len(gpu)}")
+    g_ms, g_n, other = gemm_split([(e["name"], e["dur"] / 1e3) for e in gpu if e.get("cat") == "kernel"])
+    print(f"  GEMM kernels {g_ms:.3f} ms in {g_n}; other kernels {other:.3f} ms; memcpy/memset "
+          f"{sum(e['dur'] for e in gpu if e.get('cat') != 'kernel') / 1e3:.3f} ms")
     if gpu:
         gaps = [(gpu[i + 1]["ts"] - (gpu[i]["ts"] + gpu[i]["dur"]), i) for i in range(len(gpu) - 1)]
         print(f"  idle: before first kernel {(gpu[0]['ts'] - lo) / 1e3:.3f} ms, between kernels "

@@ -130,3 +130,17 @@ def test_bench_block_variant_sets_op_config_around_forward_and_backward():
             os.environ.pop("CODA_OP_CONFIG", None)
         else:
             os.environ["CODA_OP_CONFIG"] = old
+
+
+def test_gemm_split_classifies_the_timeline_kernels():
+    """--profile's GEMM / other split: cuBLAS, CUTLASS (CODA's fused GEMMs) and split-K reduces are GEMM time;
+    Triton, ATen elementwise and CODA's small kernels are not."""
+    ks = [("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", 1.0),
+          ("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEE", 2.0),
+          ("void cublasLt::splitKreduce_kernel<32, 16, int, float>", 0.25),
+          ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", 0.5),
+          ("triton_poi_fused_mul_silu_1", 0.125),
+          ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>", 0.0625),
+          ("void coda::kernels::(anonymous namespace)::scale_cast_vec8_kernel<__nv_bfloat16>", 0.03125)]
+    assert common.gemm_split(ks) == (3.75, 4, 0.21875)
+    assert common.gemm_split([]) == (0, 0, 0)
