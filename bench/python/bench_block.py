@@ -91,6 +91,11 @@ def coda_runner(cfg, w, pos, inv):
     return fwd, params
 
 
+# the fused ops that CODA_OP_CONFIG's per-op form names (src/ops/op_config.cu)
+FUSED_OPS = ("linear_rowscale", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_rope",
+             "linear_rowscale_lse", "linear_residual_rmsnorm_bwd", "linear_swiglu_bwd_zdz")
+
+
 def op_config(spec):
     """CODA_OP_CONFIG=spec for the duration (None: leave it as it is)."""
     return contextlib.nullcontext() if spec is None else env_var("CODA_OP_CONFIG", spec)
@@ -151,6 +156,10 @@ def main():
         label, eq, spec = v.partition("=")
         if not eq or not label or not spec or "," in label:
             p.error(f"--coda-variant {v!r}: expected LABEL=SPEC (LABEL without commas, SPEC a CODA_OP_CONFIG value)")
+        if label.removeprefix("coda_") in FUSED_OPS:  # "op=config" without a label would pin every op (global form)
+            p.error(f"--coda-variant {v!r}: the label {label!r} is a fused op's name; write LABEL={v}")
+        if f"coda:{label}" in variants:
+            p.error(f"--coda-variant {v!r}: label {label!r} given twice")
         variants[f"coda:{label}"] = spec
     impls += [k for k in variants if k not in impls]
     dev = args.device

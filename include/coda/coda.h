@@ -273,9 +273,10 @@ CODA_API size_t coda_linear_cross_entropy_bwd_workspace_size(int64_t M, int64_t 
  * the backward: its weight gradient, accumulated in fp32 for an upstream gradient of 1 (coda_linear_cross_entropy_bwd
  * with loss_out), times the actual upstream loss gradient, without a host sync and without an fp32 temporary.
  * \param src   fp32, contiguous (any rank; elements as laid out).
- * \param scale fp32 with one element ([] or [1]) on the same device, read by the kernel.
+ * \param scale fp32 with exactly one element (e.g. [] or [1]) on the same device, read by the kernel.
  * \param out   bf16|fp16, contiguous, the same sizes as src; must not overlap src or scale.
- * Empty src: nothing is launched. Any data alignment (16-byte vectors where the pointers allow).
+ * Empty src: nothing is launched. Any data alignment (16-byte vectors when src is 32-byte and out 16-byte
+ * aligned, as torch's allocations are).
  */
 CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* scale, coda_tensor* out, void* stream);
 

@@ -9,6 +9,7 @@
 #include "kernels/kernels.hpp"
 #include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
 #include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
+#include "ops/op_config.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -124,6 +125,7 @@ CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, con
     api::require_workspace("coda_linear_residual_rmsnorm_bwd", workspace, workspace_bytes,
                            coda_linear_residual_rmsnorm_bwd_workspace_size(s.M, s.N));
     int const device = api::require_same_device({DZ, W, X, G, S, ZD, DXI, DX, A, DG});
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {DZ, W, X, G, S, ZD, DXI, DX, A, DG});
     if (s.M == 0) {  // nothing to launch but dgamma = 0 (an empty sum)
       CODA_CUDA_CHECK(cudaMemsetAsync(dgamma_out->data, 0, static_cast<size_t>(s.N) * sizeof(float),
@@ -165,6 +167,7 @@ CODA_API coda_status coda_linear_swiglu_bwd_zdz(const coda_tensor* dx, const cod
     api::require_workspace("coda_linear_swiglu_bwd_zdz", workspace, workspace_bytes,
                            coda_linear_swiglu_bwd_zdz_workspace_size(s.M, s.N));
     int const device = api::require_same_device({DX, W, Z, DZ, Y, ZD});
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {DX, W, Z, DZ, Y, ZD});
     if (s.M == 0) return;  // nothing to compute (zdz, dz and y are empty)
     auto ld = [](Arg t, int64_t cols) { return t.size(0) > 1 ? t.stride(0) : cols; };

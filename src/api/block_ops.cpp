@@ -12,6 +12,7 @@
 #include "api/compose.hpp"
 #include "api/guard.hpp"
 #include "api/validate.hpp"
+#include "ops/op_config.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -188,6 +189,7 @@ CODA_API coda_status coda_block_forward(const coda_block_config* config, const c
     ForwardPlan const plan = plan_forward(s, workspace);
     api::require_workspace("coda_block_forward", workspace, workspace_bytes, plan.total);
     int const device = api::require_same_device({Y0, X0, P, IF, X1, R1, Z1, X2, R2, Q, WO, G1, WGU, WD, G2, WQ});
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Y0});
     if (s.M == 0) return;
 
@@ -257,6 +259,7 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     api::require_workspace("coda_block_backward", workspace, workspace_bytes, plan.total);
     int const device = api::require_same_device({Y0, P, IF, X1, R1, Z1, X2, R2, Q, DQ, DX2, DY0, DX0, WO, G1, WGU,
                                                  WD, G2, WQ, GWO, GG1, GWGU, GWD, GG2, GWQ});
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Y0});
 
     coda_dtype const dt = Y0.dtype();

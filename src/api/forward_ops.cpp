@@ -12,6 +12,7 @@
 #include "ops/linear_rowscale_lse/kernels.hpp"
 #include "ops/linear_rowscale_swiglu/kernels.hpp"
 #include "ops/linear_rowscale_rope/kernels.hpp"
+#include "ops/op_config.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -59,6 +60,7 @@ CODA_API coda_status coda_linear_residual_rmsnorm(const coda_tensor* a, const co
                            coda_linear_residual_rmsnorm_workspace_size(s.M, s.N));
     int const device = api::require_same_device({A, W, R, G, X, H, S});
     bool const fp16 = A.dtype() == CODA_FP16;
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {A, W, R, G, X, H, S});
     if (s.M == 0) return;
     coda::ops::linear_residual_rmsnorm(s.M, s.N, s.K, a->data, row_stride(A, s.K), w->data, row_stride(W, s.K),
@@ -144,6 +146,7 @@ CODA_API coda_status coda_linear_rowscale(const coda_tensor* h, const coda_tenso
                            coda_linear_rowscale_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, Y});
     bool const fp16 = Hh.dtype() == CODA_FP16;
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Hh, W, S, Y});
     if (s.M == 0) return;
     coda::ops::linear_rowscale(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
@@ -171,6 +174,7 @@ CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const cod
                            coda_linear_rowscale_swiglu_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, Z, Y});
     bool const fp16 = Hh.dtype() == CODA_FP16;
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Hh, W, S, Z, Y});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_swiglu(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_gu->data, row_stride(W, s.K),
@@ -201,6 +205,7 @@ CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_
                            coda_linear_rowscale_rope_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, P, F, Q});
     bool const fp16 = Hh.dtype() == CODA_FP16;
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Hh, W, S, P, F, Q});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_rope(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_qkv->data, row_stride(W, s.K),
@@ -239,6 +244,7 @@ CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_t
                            coda_linear_rowscale_lse_workspace_size(s.M, s.N));
     int const device = api::require_same_device({Hh, W, S, T, L, TL, LG});
     bool const fp16 = Hh.dtype() == CODA_FP16;
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Hh, W, S, T, L, TL, LG});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_lse(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),

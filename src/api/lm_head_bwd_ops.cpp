@@ -15,6 +15,7 @@
 #include "api/guard.hpp"
 #include "api/validate.hpp"
 #include "kernels/kernels.hpp"
+#include "ops/op_config.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -121,6 +122,7 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
     Plan const p = plan(M, V, d, chunk_rows, workspace);
     api::require_workspace("coda_linear_cross_entropy_bwd", workspace, workspace_bytes, p.total);
     int const device = api::require_same_device({Hh, W, S, X, G, T, GL, DXI, DX, DW, DG, L});
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Hh, W, S, X, G, T, GL, DXI, DX, DW, DG, L});
     auto const st = static_cast<cudaStream_t>(stream);
 
@@ -200,7 +202,7 @@ CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* 
     api::require_dtype(G, {CODA_FP32});
     api::require_dtype(O, {CODA_BF16, CODA_FP16});
     if (api::numel(*scale) != 1) {
-      fail(CODA_ERROR_SHAPE, "scale: must hold exactly one element ([] or [1]), got ", api::shape_string(*scale));
+      fail(CODA_ERROR_SHAPE, "scale: must hold exactly one element (e.g. [] or [1]), got ", api::shape_string(*scale));
     }
     if (out->rank != src->rank || !std::equal(src->sizes, src->sizes + src->rank, out->sizes)) {
       fail(CODA_ERROR_SHAPE, "out: sizes ", api::shape_string(*out), " must equal src's ", api::shape_string(*src));

@@ -6,6 +6,7 @@
 #include "api/checks.hpp"
 #include "api/guard.hpp"
 #include "ops/linear_cross_entropy/linear_cross_entropy.hpp"
+#include "ops/op_config.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -40,6 +41,7 @@ CODA_API coda_status coda_linear_cross_entropy(const coda_tensor* h, const coda_
                            coda_linear_cross_entropy_workspace_size(s.M, s.N, chunk_rows));
     int const device = api::require_same_device({Hh, W, S, T, L, LS});
     bool const fp16 = Hh.dtype() == CODA_FP16;
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Hh, W, S, T, L, LS});
     auto const st = static_cast<cudaStream_t>(stream);
     if (s.M == 0) {

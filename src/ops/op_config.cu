@@ -11,69 +11,106 @@ namespace coda::ops {
 
 namespace {
 
-// The fused ops' C ABI names (choose_kernel's `op`): the per-op form of CODA_OP_CONFIG may name only these, with or
-// without the "coda_" prefix, so that a misspelt name is an error instead of a pin that silently does nothing.
-constexpr char const* kFusedOps[] = {"coda_linear_rowscale",         "coda_linear_residual_rmsnorm",
-                                     "coda_linear_rowscale_swiglu",  "coda_linear_rowscale_rope",
-                                     "coda_linear_rowscale_lse",     "coda_linear_residual_rmsnorm_bwd",
-                                     "coda_linear_swiglu_bwd_zdz"};
+// The fused ops (their C ABI names, choose_kernel's `op`) and the mainloop configs each compiles for bf16 (fp16:
+// the pingpong one only). The per-op form of CODA_OP_CONFIG may name only these ops, with or without the "coda_"
+// prefix, so that a misspelt name is an error instead of a pin that silently does nothing. The GPU tests pin every
+// config of every op (tests/gpu/fused_test_util.hpp), so a config missing here fails them.
+struct FusedOp {
+  char const* name;
+  bool has_coop;  ///< compiles coop_128x256x64_c2x1 besides pp_128x128x64_c2x1
+};
+constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", true},          {"coda_linear_residual_rmsnorm", true},
+                                 {"coda_linear_rowscale_swiglu", true},   {"coda_linear_rowscale_rope", true},
+                                 {"coda_linear_rowscale_lse", true},      {"coda_linear_residual_rmsnorm_bwd", false},
+                                 {"coda_linear_swiglu_bwd_zdz", false}};
+constexpr char const* kCoop = "coop_128x256x64_c2x1";
+constexpr char const* kPingpong = "pp_128x128x64_c2x1";
 
-std::string canonical_op(std::string const& name) {
+FusedOp const* find_op(std::string const& name) {
   std::string const full = name.rfind("coda_", 0) == 0 ? name : "coda_" + name;
-  for (char const* op : kFusedOps) {
-    if (full == op) return full;
+  for (FusedOp const& op : kFusedOps) {
+    if (full == op.name) return &op;
   }
-  return {};
+  return nullptr;
 }
 
 [[noreturn]] void bad_spec(std::string const& spec, std::string const& why) {
   coda::detail::fail(CODA_ERROR_INVALID_ARGUMENT, "CODA_OP_CONFIG=", spec, ": ", why);
 }
 
-/// The "<config>[:<knobs>]" that applies to `op`: the whole value in the global form, the op's entry in the
-/// per-op form, "" when the per-op form does not name the op. The per-op form is recognised by an '=' before the
-/// first ':' or ';' (config names contain none; knobs come after the ':'). Every entry is checked on every call,
-/// whichever op asks, so a malformed value fails on the first fused call.
-std::string pin_for(std::string const& spec, char const* op) {
-  size_t const head_end = spec.find_first_of(":;");
+/// "<config>[:<knobs>]" of `op` (nullptr: the global form, any fused op): the config must be one the op compiles
+/// for bf16, the knobs must parse.
+void check_pin(std::string const& spec, FusedOp const* op, std::string const& pin) {
+  size_t const colon = pin.find(':');
+  std::string const config = pin.substr(0, colon);
+  bool const coop_ok = op == nullptr || op->has_coop;
+  if (config != kPingpong && !(coop_ok && config == kCoop)) {
+    bad_spec(spec, (op != nullptr ? std::string(op->name) + " compiles" : std::string("the fused ops compile")) +
+                       " no config '" + config +
+                       "' (compiled: " + (coop_ok ? std::string(kCoop) + ", " : std::string()) + kPingpong +
+                       "; fp16: " + kPingpong + ")");
+  }
+  if (colon != std::string::npos) {
+    gemm::Knobs k;
+    std::string why;
+    if (!gemm::parse_knobs(pin.substr(colon + 1), k, &why)) bad_spec(spec, why);
+  }
+}
+
+/// Parses and checks the whole value; returns the "<config>[:<knobs>]" that applies to `op` (nullptr: none asked):
+/// the whole value in the global form, the op's entry in the per-op form, "" when the per-op form does not name
+/// it. The per-op form is recognised by an '=' before the first ':' (config names contain none; knobs, which do,
+/// come after the ':'). Every entry is checked whichever op asks, so a bad value fails on the first fused call,
+/// before anything is launched (check_op_config runs with the C ABI's argument checks).
+std::string parse_spec(std::string const& spec, char const* op) {
+  size_t const colon = spec.find(':');
   size_t const eq = spec.find('=');
-  if (eq == std::string::npos || (head_end != std::string::npos && eq > head_end)) return spec;  // global form
-  std::string mine, seen;
+  if (eq == std::string::npos || (colon != std::string::npos && eq > colon)) {  // global form
+    check_pin(spec, nullptr, spec);
+    return spec;
+  }
+  std::string mine, seen = ",";
   size_t begin = 0;
   while (begin <= spec.size()) {
     size_t end = spec.find(';', begin);
     if (end == std::string::npos) end = spec.size();
     std::string const entry = spec.substr(begin, end - begin);
     begin = end + 1;
-    if (entry.empty()) continue;  // tolerate "a=x;" and ";;"
+    if (entry.empty()) continue;  // tolerate ";a=x", "a=x;" and ";;"
     size_t const e = entry.find('=');
-    size_t const colon = entry.find(':');
-    if (e == std::string::npos || e == 0 || (colon != std::string::npos && colon < e)) {
+    size_t const c = entry.find(':');
+    if (e == std::string::npos || e == 0 || (c != std::string::npos && c < e)) {
       bad_spec(spec, "entry '" + entry + "' is not <op>=<config>[:<knobs>] (the per-op form; the global form is " +
                          "one <config>[:<knobs>] for every fused op)");
     }
-    std::string const name = canonical_op(entry.substr(0, e));
-    if (name.empty()) {
+    FusedOp const* const o = find_op(entry.substr(0, e));
+    if (o == nullptr) {
       std::string ops;
-      for (char const* o : kFusedOps) ops += std::string(ops.empty() ? "" : ", ") + o;
+      for (FusedOp const& f : kFusedOps) ops += std::string(ops.empty() ? "" : ", ") + f.name;
       bad_spec(spec, "'" + entry.substr(0, e) + "' is not a fused op (ops: " + ops + ", 'coda_' optional)");
     }
-    if (("," + seen + ",").find("," + name + ",") != std::string::npos) {
-      bad_spec(spec, name + " is named twice");
+    if (seen.find("," + std::string(o->name) + ",") != std::string::npos) {
+      bad_spec(spec, std::string(o->name) + " is named twice");
     }
-    seen += (seen.empty() ? "" : ",") + name;
-    if (e + 1 == entry.size()) bad_spec(spec, name + " has no config after '='");
-    if (name == op) mine = entry.substr(e + 1);
+    seen += std::string(o->name) + ",";
+    if (e + 1 == entry.size()) bad_spec(spec, std::string(o->name) + " has no config after '='");
+    check_pin(spec, o, entry.substr(e + 1));
+    if (op != nullptr && std::string(o->name) == op) mine = entry.substr(e + 1);
   }
   return mine;
 }
 
 }  // namespace
 
+void check_op_config() {
+  std::string const spec = runtime::env_string("CODA_OP_CONFIG");
+  if (!spec.empty()) parse_spec(spec, nullptr);
+}
+
 int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count, gemm::Knobs* knobs) {
   std::string const spec = runtime::env_string("CODA_OP_CONFIG");
   if (spec.empty()) return -1;
-  std::string const pinned = pin_for(spec, op);
+  std::string const pinned = parse_spec(spec, op);
   if (pinned.empty()) return -1;
   size_t const colon = pinned.find(':');
   std::string const config = pinned.substr(0, colon);
@@ -91,7 +128,8 @@ int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int coun
     compiled += (i == 0 ? "" : ", ");
     compiled += infos[i]->config;
   }
-  bad_spec(spec, std::string(op) + " has no kernel for config '" + config + "' (compiled: " + compiled + ")");
+  bad_spec(spec, std::string(op) + " has no kernel for config '" + config + "' in this dtype (compiled: " + compiled +
+                     ")");
 }
 
 gemm::Knobs raster_n(int swizzle) {

@@ -21,6 +21,13 @@ namespace coda::ops {
 /// variable — never a silent fallback. Read on every call, so tests and benchmarks can switch it with setenv.
 int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int count, gemm::Knobs* knobs = nullptr);
 
+/// Checks the whole CODA_OP_CONFIG value (syntax, op names, each entry's config among the op's compiled bf16
+/// configs, knobs) and throws CODA_ERROR_INVALID_ARGUMENT naming the variable on the first problem; nothing when it
+/// is unset or empty. The C ABI's fused entry points call it with their argument checks, so a bad value is refused
+/// before a composite call (the block, the LM head) launches anything. What it cannot know ahead, a global pin that
+/// one of the ops does not compile (the backward ops and fp16 have only the pingpong kernel), is refused by that op.
+void check_op_config();
+
 /// The kernel a fused op runs: the pinned one (CODA_OP_CONFIG) or the op's default, and its scheduler knobs.
 template <class Args>
 struct KernelChoice {

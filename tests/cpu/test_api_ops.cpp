@@ -711,6 +711,79 @@ TEST(OpRules, ScaleCastArguments) {
   coda_tensor inside = out;  // out over the first bytes of src: overlap
   inside.data = src.data;
   EXPECT_REJECTED(coda_scale_cast(&src, &g, &inside, nullptr), CODA_ERROR_ALIASING, "out", "src");
+  coda_tensor over_scale = out;  // out starting at the scale's bytes
+  over_scale.data = g.data;
+  EXPECT_REJECTED(coda_scale_cast(&src, &g, &over_scale, nullptr), CODA_ERROR_ALIASING, "out", "scale");
+}
+
+}  // namespace
+
+namespace {
+
+// ---- CODA_OP_CONFIG: the whole value is checked with the arguments, before the device stage --------------------
+
+/// Sets CODA_OP_CONFIG for the object's lifetime, then restores the previous value (or its absence).
+class OpConfigEnv {
+ public:
+  explicit OpConfigEnv(char const* value) {
+    if (char const* outer = std::getenv("CODA_OP_CONFIG")) outer_ = outer, had_ = true;
+    setenv("CODA_OP_CONFIG", value, 1);
+  }
+  ~OpConfigEnv() {
+    if (had_) {
+      setenv("CODA_OP_CONFIG", outer_.c_str(), 1);
+    } else {
+      unsetenv("CODA_OP_CONFIG");
+    }
+  }
+  OpConfigEnv(OpConfigEnv const&) = delete;
+  OpConfigEnv& operator=(OpConfigEnv const&) = delete;
+
+ private:
+  std::string outer_;
+  bool had_ = false;
+};
+
+TEST(OpRules, OpConfigValidValuesReachTheDeviceStage) {
+  RowScale f;
+  auto& pool = f.pool;
+  coda_tensor y = pool.make(CODA_FP16, {M, N});
+  for (char const* v : {"pp_128x128x64_c2x1", "coop_128x256x64_c2x1:raster=m,swizzle=4",
+                        "linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8",
+                        ";coda_linear_rowscale=pp_128x128x64_c2x1;"
+                        "linear_swiglu_bwd_zdz=pp_128x128x64_c2x1:raster=n;"}) {
+    SCOPED_TRACE(v);
+    OpConfigEnv const env(v);
+    EXPECT_DEVICE_STAGE(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), "h:");
+  }
+}
+
+TEST(OpRules, OpConfigBadValuesAreRefusedWhicheverOpRuns) {
+  RowScale f;
+  auto& pool = f.pool;
+  coda_tensor y = pool.make(CODA_FP16, {M, N});
+  struct Bad {
+    char const* value;
+    char const* says;
+  };
+  // Each names an op other than coda_linear_rowscale or none: F2 refuses them all the same.
+  for (Bad const b : {Bad{"sk_128x256x64_c2x1", "the fused ops compile no config"},
+                      Bad{"pp_128x128x64_c2x1;", "no config 'pp_128x128x64_c2x1;'"},
+                      Bad{"pp_128x128x64_c2x1:raster=q", "raster"},
+                      Bad{"raster=n", "'raster' is not a fused op"},
+                      Bad{"linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=q", "raster"},
+                      Bad{"linear_residual_rmsnorm_bwd=coop_128x256x64_c2x1",
+                          "coda_linear_residual_rmsnorm_bwd compiles no config 'coop_128x256x64_c2x1'"},
+                      Bad{"linear_rowscal=pp_128x128x64_c2x1", "is not a fused op"},
+                      Bad{"linear_rowscale_rope=pp_128x128x64_c2x1;coda_linear_rowscale_rope=pp_128x128x64_c2x1",
+                          "named twice"},
+                      Bad{"linear_rowscale_rope=pp_128x128x64_c2x1;junk", "'junk' is not <op>=<config>"},
+                      Bad{"linear_rowscale_lse=", "no config after '='"}}) {
+    SCOPED_TRACE(b.value);
+    OpConfigEnv const env(b.value);
+    EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr),
+                    CODA_ERROR_INVALID_ARGUMENT, "CODA_OP_CONFIG", b.says);
+  }
 }
 
 }  // namespace

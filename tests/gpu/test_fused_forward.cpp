@@ -275,7 +275,8 @@ TEST(FusedForward, PinnedUnknownConfigIsAnError) {
 }
 
 // The per-op form of CODA_OP_CONFIG: an entry applies to its op only, others keep their defaults; an unknown op
-// name, a repeated one or a malformed entry is an error on any fused call, before anything is written.
+// name, a repeated one, a config the named op does not compile or a malformed entry is an error on any fused call,
+// before anything is written.
 TEST(FusedForward, PerOpPin) {
   CODA_REQUIRE_SM90();
   // A correct result through a per-op pin of F1 (the cooperative kernel with knobs), and with the pin naming
@@ -296,8 +297,8 @@ TEST(FusedForward, PerOpPin) {
   dh.upload(ones);
   dw.upload(std::vector<uint16_t>(16 * 16, 0x3f80));
   dr.upload(rstd);
-  {  // an entry for another op, with a config F2 does not compile: F2 runs its default
-    PinConfig const pin("linear_rowscale_swiglu=sk_128x256x64_c2x1");
+  {  // an entry for another op only: F2 runs its default
+    PinConfig const pin("linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8");
     EXPECT_EQ(coda_linear_rowscale(&th, &tw, &ts, &ty, nullptr, 0, nullptr), CODA_SUCCESS) << coda_last_error();
     CUDA_OK(cudaDeviceSynchronize());
   }
@@ -305,7 +306,10 @@ TEST(FusedForward, PerOpPin) {
     char const* spec;
     char const* says;
   };
-  for (Bad const b : {Bad{"linear_rowscale=sk_128x256x64_c2x1", "no kernel for config"},
+  // Every entry is checked whichever op runs (coda::ops::check_op_config): another op's bad entry is refused too.
+  for (Bad const b : {Bad{"linear_rowscale=sk_128x256x64_c2x1", "compiles no config"},
+                      Bad{"linear_rowscale_swiglu=sk_128x256x64_c2x1", "compiles no config"},
+                      Bad{"linear_swiglu_bwd_zdz=pp_128x128x64_c2x1:raster=q", "CODA_OP_CONFIG"},
                       Bad{"linear_rowscal=pp_128x128x64_c2x1", "is not a fused op"},
                       Bad{"linear_rowscale=pp_128x128x64_c2x1;coda_linear_rowscale=pp_128x128x64_c2x1", "twice"},
                       Bad{"linear_rowscale_rope=pp_128x128x64_c2x1;junk", "is not <op>=<config>"},

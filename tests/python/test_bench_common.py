@@ -144,3 +144,15 @@ def test_gemm_split_classifies_the_timeline_kernels():
           ("void coda::kernels::(anonymous namespace)::scale_cast_vec8_kernel<__nv_bfloat16>", 0.03125)]
     assert common.gemm_split(ks) == (3.75, 4, 0.21875)
     assert common.gemm_split([]) == (0, 0, 0)
+
+
+def test_bench_block_refuses_ambiguous_variants():
+    """--coda-variant without a label ("op=config") would pin every fused op; a repeated label would hide a run."""
+    import subprocess
+    script = Path(__file__).resolve().parents[2] / "bench" / "python" / "bench_block.py"
+    for args, says in ((["--coda-variant", "linear_rowscale_swiglu=pp_128x128x64_c2x1"], "is a fused op's name"),
+                       (["--coda-variant", "a=x", "--coda-variant", "a=y"], "given twice"),
+                       (["--coda-variant", "nolabel"], "expected LABEL=SPEC")):
+        r = subprocess.run([sys.executable, str(script), "--device", "cpu", *args], capture_output=True, text=True,
+                           cwd=script.parent, timeout=120)
+        assert r.returncode == 2 and says in r.stderr, (args, r.stderr[-500:])

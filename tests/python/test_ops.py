@@ -361,10 +361,15 @@ def test_gpu_deterministic():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype):
+def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype, monkeypatch):
     """The LM head's backward scales its saved fp32 dW by the upstream gradient and casts in one pass
-    (_library._scaled_cast): the same bits as the fp32 product rounded once, on the CPU and (with a GPU) there."""
+    (_library._scaled_cast): the same bits as the fp32 product rounded once, on the CPU and (with a GPU) there,
+    where eager calls go through coda_scale_cast (counted: torch.mul would give the same bits)."""
+    from coda import _kernels
     from coda._library import _scaled_cast
+    calls = []
+    real = _kernels.scale_cast
+    monkeypatch.setattr(_kernels, "scale_cast", lambda *a: calls.append(1) or real(*a))
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for dev in devices:
         g = torch.Generator(device=dev).manual_seed(7)
@@ -381,3 +386,4 @@ def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype):
         scale = torch.tensor(0.37, device=dev, requires_grad=True)
         got = _scaled_cast(t, scale, dtype)
         assert got.requires_grad and torch.equal(got.view(torch.int16), (t * 0.37).to(dtype).view(torch.int16))
+    assert len(calls) == (12 if "cuda" in devices else 0)  # 3 views x 4 scales on CUDA; the CPU and autograd: torch
