@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import (CONFIGS, EPS, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda, peak_extra_gib,
-                    profile, rotate_half, timed, timed_pipelined)
+from common import (CONFIGS, EPS, FUSED_OPS, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda,
+                    peak_extra_gib, profile, rotate_half, timed, timed_pipelined)
 
 import coda
 
@@ -89,11 +89,6 @@ def coda_runner(cfg, w, pos, inv):
     def fwd(y0, x0):
         return coda.ops.block(y0, x0, w["o"], w["g1"], w_gu, w["down"], w["g2"], w_qkv, pos, inv, hq, hkv, hd, EPS)
     return fwd, params
-
-
-# the fused ops that CODA_OP_CONFIG's per-op form names (src/ops/op_config.cu)
-FUSED_OPS = ("linear_rowscale", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_rope",
-             "linear_rowscale_lse", "linear_residual_rmsnorm_bwd", "linear_swiglu_bwd_zdz")
 
 
 def op_config(spec):

@@ -37,11 +37,10 @@ import ctypes
 from pathlib import Path
 
 import torch
-from common import CONFIGS, append_jsonl, env_var, interleaved, timed_pipelined
+from common import CONFIGS, FUSED_CONFIGS, append_jsonl, env_var, interleaved, timed_pipelined
 
 from coda import _C, _kernels
 
-FUSED_CONFIGS = ("coop_128x256x64_c2x1", "pp_128x128x64_c2x1")
 BACKWARD_OPS = ("b2_qkv", "b2_gu", "b2_lm", "b3")  # compiled with the pingpong config only
 # coda_gemm: pinned through CODA_GEMM_CONFIG, `default` = its autotuned pick
 PLAIN_OPS = ("gemm_gu", "gemm_down", "wgrad_o", "wgrad_gu", "wgrad_down", "wgrad_qkv")

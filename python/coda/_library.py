@@ -412,8 +412,7 @@ def _scaled_cast(t: Tensor, g: Tensor, dtype: torch.dtype) -> Tensor:
     if torch.is_grad_enabled() and (g.requires_grad or t.requires_grad):
         return (t * g).to(dtype)
     if (eager_plain((t, g)) and t.is_cuda and g.device == t.device and t.device.index == torch.cuda.current_device()
-            and t.dtype == torch.float32
-            and g.dtype == torch.float32 and g.numel() == 1 and t.is_contiguous()
+            and t.dtype == g.dtype == torch.float32 and g.numel() == 1 and t.is_contiguous()
             and dtype in (torch.bfloat16, torch.float16)):
         # the same bits through coda_scale_cast: PyTorch's mixed-dtype loop moved 1 GiB at ~1.2 TB/s on the H200
         return _kernels.scale_cast(t, g, dtype)

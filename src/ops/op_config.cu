@@ -26,12 +26,15 @@ constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", true},          {"coda
 constexpr char const* kCoop = "coop_128x256x64_c2x1";
 constexpr char const* kPingpong = "pp_128x128x64_c2x1";
 
-FusedOp const* find_op(std::string const& name) {
+constexpr int kFusedOpCount = static_cast<int>(sizeof(kFusedOps) / sizeof(kFusedOps[0]));
+
+/// The index of a fused op's name in kFusedOps ("coda_" optional), -1 for any other name.
+int find_op(std::string const& name) {
   std::string const full = name.rfind("coda_", 0) == 0 ? name : "coda_" + name;
-  for (FusedOp const& op : kFusedOps) {
-    if (full == op.name) return &op;
+  for (int i = 0; i < kFusedOpCount; ++i) {
+    if (full == kFusedOps[i].name) return i;
   }
-  return nullptr;
+  return -1;
 }
 
 [[noreturn]] void bad_spec(std::string const& spec, std::string const& why) {
@@ -69,7 +72,8 @@ std::string parse_spec(std::string const& spec, char const* op) {
     check_pin(spec, nullptr, spec);
     return spec;
   }
-  std::string mine, seen = ",";
+  std::string mine;
+  bool named[kFusedOpCount] = {};
   size_t begin = 0;
   while (begin <= spec.size()) {
     size_t end = spec.find(';', begin);
@@ -83,19 +87,18 @@ std::string parse_spec(std::string const& spec, char const* op) {
       bad_spec(spec, "entry '" + entry + "' is not <op>=<config>[:<knobs>] (the per-op form; the global form is " +
                          "one <config>[:<knobs>] for every fused op)");
     }
-    FusedOp const* const o = find_op(entry.substr(0, e));
-    if (o == nullptr) {
+    int const i = find_op(entry.substr(0, e));
+    if (i < 0) {
       std::string ops;
       for (FusedOp const& f : kFusedOps) ops += std::string(ops.empty() ? "" : ", ") + f.name;
       bad_spec(spec, "'" + entry.substr(0, e) + "' is not a fused op (ops: " + ops + ", 'coda_' optional)");
     }
-    if (seen.find("," + std::string(o->name) + ",") != std::string::npos) {
-      bad_spec(spec, std::string(o->name) + " is named twice");
-    }
-    seen += std::string(o->name) + ",";
-    if (e + 1 == entry.size()) bad_spec(spec, std::string(o->name) + " has no config after '='");
-    check_pin(spec, o, entry.substr(e + 1));
-    if (op != nullptr && std::string(o->name) == op) mine = entry.substr(e + 1);
+    FusedOp const& o = kFusedOps[i];
+    if (named[i]) bad_spec(spec, std::string(o.name) + " is named twice");
+    named[i] = true;
+    if (e + 1 == entry.size()) bad_spec(spec, std::string(o.name) + " has no config after '='");
+    check_pin(spec, &o, entry.substr(e + 1));
+    if (op != nullptr && std::string(o.name) == op) mine = entry.substr(e + 1);
   }
   return mine;
 }
