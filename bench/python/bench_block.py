@@ -16,17 +16,19 @@ Each line of --out is one (config, tokens, implementation) with times in ms and 
 set around each of its calls (SPEC's per-op form pins single fused ops, e.g.
 `f3=linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8`), so that one op's config is A/B-tested in the
 block, taking turns with the default, rather than in isolation (docs/FUSED_OPS.md "Dispatch").
+--coda-env LABEL=VAR=VALUE (repeatable) sets any CODA_* variable for `coda:LABEL` the same way, e.g.
+`cublas=CODA_GEMM_CONFIG=cublas` runs the block's plain GEMMs (the weight gradients, dy0) on cuBLAS; a label given
+to both options gets all of its variables.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import (CONFIGS, EPS, FUSED_OPS, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda,
+from common import (CONFIGS, EPS, append_jsonl, env_vars, hf_rms_norm, interleaved, is_cuda, parse_variants,
                     peak_extra_gib, profile, rotate_half, timed, timed_pipelined)
 
 import coda
@@ -91,19 +93,15 @@ def coda_runner(cfg, w, pos, inv):
     return fwd, params
 
 
-def op_config(spec):
-    """CODA_OP_CONFIG=spec for the duration (None: leave it as it is)."""
-    return contextlib.nullcontext() if spec is None else env_var("CODA_OP_CONFIG", spec)
-
-
-def prepare_impl(name, fwd, inputs, params, reps, device="cuda", spec=None):
+def prepare_impl(name, fwd, inputs, params, reps, device="cuda", env=None):
     """Warms fwd up, measures its peak memory, and returns (peak GiB, measure, profiled calls): measure() times it
-    once (one round of common.interleaved). spec: CODA_OP_CONFIG around every call, forward and backward."""
+    once (one round of common.interleaved). env: {VAR: value} set around every call, forward and backward (a
+    variant's CODA_OP_CONFIG, CODA_GEMM_CONFIG, ...)."""
     grads_out = None
     cuda = is_cuda(device)
 
     def fwd_bwd():
-        with op_config(spec):
+        with env_vars(env):
             fwd_bwd_call()
 
     def fwd_bwd_call():
@@ -117,7 +115,7 @@ def prepare_impl(name, fwd, inputs, params, reps, device="cuda", spec=None):
 
     # the forward with autograd on (it saves what the backward needs) is what a training step runs
     def forward_train():
-        with op_config(spec):
+        with env_vars(env):
             outs = fwd(*inputs)
             del outs
 
@@ -144,18 +142,12 @@ def main():
     p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
     p.add_argument("--coda-variant", action="append", default=[], metavar="LABEL=SPEC",
                    help="add implementation coda:LABEL, the CODA block run with CODA_OP_CONFIG=SPEC (repeatable)")
+    p.add_argument("--coda-env", action="append", default=[], metavar="LABEL=VAR=VALUE",
+                   help="add implementation coda:LABEL, the CODA block run with the CODA_* variable VAR=VALUE "
+                        "(repeatable)")
     args = p.parse_args()
     impls = args.impls.split(",")
-    variants = {}
-    for v in args.coda_variant:
-        label, eq, spec = v.partition("=")
-        if not eq or not label or not spec or "," in label:
-            p.error(f"--coda-variant {v!r}: expected LABEL=SPEC (LABEL without commas, SPEC a CODA_OP_CONFIG value)")
-        if label.removeprefix("coda_") in FUSED_OPS:  # "op=config" without a label would pin every op (global form)
-            p.error(f"--coda-variant {v!r}: the label {label!r} is a fused op's name; write LABEL={v}")
-        if f"coda:{label}" in variants:
-            p.error(f"--coda-variant {v!r}: label {label!r} given twice")
-        variants[f"coda:{label}"] = spec
+    variants = parse_variants(args.coda_variant, args.coda_env, p.error)
     impls += [k for k in variants if k not in impls]
     dev = args.device
     cuda = is_cuda(dev)

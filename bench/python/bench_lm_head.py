@@ -4,6 +4,10 @@ and Liger's fused linear cross-entropy (with Liger's RMSNorm before it). Time: -
 implementation in turn times --reps calls (CUDA events around each, median); median over rounds (why they take
 turns: common.interleaved). Peak memory above the inputs (torch.cuda.max_memory_allocated) of one forward+backward.
 --device cpu with small --tokens/--vocab is a smoke test (wall clock, no Liger).
+--coda-variant LABEL=SPEC and --coda-env LABEL=VAR=VALUE add `coda:LABEL`, CODA with CODA_OP_CONFIG=SPEC or the
+CODA_* variable VAR=VALUE set around its calls (as in bench_block.py), e.g. `cublas=CODA_GEMM_CONFIG=cublas` for
+the weight gradient's plain GEMMs on cuBLAS. --coda-chunk-rows N[,N...] adds `coda:chunkN`, CODA with
+chunk_rows=N (tokens per fused GEMM chunk; the default is the library's).
 
     python bench/python/bench_lm_head.py --tokens 8192 --out bench/results/lm_head_torch.jsonl
 """
@@ -15,7 +19,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import EPS, append_jsonl, hf_rms_norm, interleaved, is_cuda, peak_extra_gib, profile, timed
+from common import (EPS, append_jsonl, env_vars, hf_rms_norm, interleaved, is_cuda, parse_variants, peak_extra_gib,
+                    profile, timed)
 
 import coda
 
@@ -54,7 +59,20 @@ def main():
     p.add_argument("--out", type=Path)
     p.add_argument("--commit", default="unknown")
     p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
+    p.add_argument("--coda-variant", action="append", default=[], metavar="LABEL=SPEC",
+                   help="add implementation coda:LABEL, CODA run with CODA_OP_CONFIG=SPEC (repeatable)")
+    p.add_argument("--coda-env", action="append", default=[], metavar="LABEL=VAR=VALUE",
+                   help="add implementation coda:LABEL, CODA run with the CODA_* variable VAR=VALUE (repeatable)")
+    p.add_argument("--coda-chunk-rows", default="", metavar="N[,N...]",
+                   help="add implementations coda:chunkN, CODA with chunk_rows=N")
     a = p.parse_args()
+    variants = parse_variants(a.coda_variant, a.coda_env, p.error)
+    try:
+        chunks = [int(n) for n in a.coda_chunk_rows.split(",") if n]
+    except ValueError:
+        p.error(f"--coda-chunk-rows {a.coda_chunk_rows!r}: expected positive integers separated by commas")
+    if any(n <= 0 for n in chunks):
+        p.error(f"--coda-chunk-rows {a.coda_chunk_rows!r}: chunk sizes must be >= 1")
     wanted = a.impls.split(",")
     unknown = [i for i in wanted if i not in ("coda", "eager", "compile", "liger")]
     if unknown:
@@ -69,16 +87,20 @@ def main():
     t = torch.randint(0, V, (M,), device=dev, generator=gen)
     available = impls()
     fns = {i: available[i] for i in wanted if i in available}  # liger only when installed (impls() says so)
+    fns.update({label: available["coda"] for label in variants})
+    for n in chunks:
+        fns[f"coda:chunk{n}"] = lambda x, g, w, t, n=n: coda.ops.linear_cross_entropy(x, g, w, t, EPS, chunk_rows=n)
     measures, info, errors = {}, {}, {}
     for name, fn in fns.items():  # loss and peak memory of each, then the timings taking turns
-        def step(fn=fn):
-            loss = fn(x, g, w, t)
-            loss.backward()
+        def step(fn=fn, env=variants.get(name)):
+            with env_vars(env):
+                loss = fn(x, g, w, t)
+                loss.backward()
             x.grad = g.grad = w.grad = None
             return loss
 
-        def forward(fn=fn):
-            with torch.no_grad():
+        def forward(fn=fn, env=variants.get(name)):
+            with torch.no_grad(), env_vars(env):
                 fn(x, g, w, t)
 
         def measure(step=step, forward=forward):

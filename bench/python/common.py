@@ -110,6 +110,46 @@ def env_var(var, value):
             os.environ[var] = old
 
 
+@contextlib.contextmanager
+def env_vars(values):
+    """Every VAR: value of `values` (a dict; None or {}: nothing) set for the duration as env_var sets one."""
+    with contextlib.ExitStack() as stack:
+        for var, value in (values or {}).items():
+            stack.enter_context(env_var(var, value))
+        yield
+
+
+def parse_variants(op_specs, env_specs, error):
+    """The CODA variants of the --coda-variant LABEL=SPEC and --coda-env LABEL=VAR=VALUE arguments (lists of
+    strings): {"coda:LABEL": {VAR: VALUE}}, where --coda-variant LABEL=SPEC is CODA_OP_CONFIG=SPEC and a label named
+    by several arguments collects their variables. error(message) is called (argparse's p.error: it exits) on a
+    missing part, a label with a comma, a label that is a fused op's name (`op=config` without a label would pin
+    every op in CODA_OP_CONFIG's global form), a variable not named CODA_*, or one variable set twice for a label."""
+    variants = {}
+
+    def add(arg, label, var, value, form):
+        if not label or not value or "," in label:
+            error(f"{arg!r}: expected {form} (LABEL without commas)")
+        if label.removeprefix("coda_") in FUSED_OPS:
+            error(f"{arg!r}: the label {label!r} is a fused op's name; write LABEL={arg.split(' ', 1)[1]}")
+        if not (var.startswith("CODA_") and var.replace("_", "").isalnum() and var.upper() == var):
+            error(f"{arg!r}: {var!r} is not a CODA_* environment variable")
+        env = variants.setdefault(f"coda:{label}", {})
+        if var in env:
+            error(f"{arg!r}: label {label!r} sets {var} twice")
+        env[var] = value
+
+    for v in op_specs:
+        label, eq, spec = v.partition("=")
+        add(f"--coda-variant {v}", label if eq else "", "CODA_OP_CONFIG", spec,
+            "LABEL=SPEC, SPEC a CODA_OP_CONFIG value")
+    for v in env_specs:
+        label, eq, rest = v.partition("=")
+        var, eq2, value = rest.partition("=")
+        add(f"--coda-env {v}", label if eq and eq2 else "", var, value, "LABEL=VAR=VALUE")
+    return variants
+
+
 def interleaved(measures, rounds):
     """{name: fn() -> {key: ms}} -> {name: {key: median over rounds}}, or {name: {"error": ...}} for one that
     raised (it is dropped from later rounds). Every round runs each measure once, the order rotated by one per

@@ -153,6 +153,13 @@ TEST(FusedBackward, LinearResidualRmsnormBwd) {
   for (B2Case const& c : cases) check_b2(make_b2(c, seed++), c.M >= 1000);
 }
 
+// A long-K dgrad (gate/up: K = 2F = 16384 at llama3-1B; the LM head's K = V is longer still): many k-blocks per
+// tile through the pingpong pipeline, ragged M and N.
+TEST(FusedBackward, LinearResidualRmsnormBwdLongK) {
+  CODA_REQUIRE_SM90();
+  check_b2(make_b2({264, 16384, 264, 0.5, true, false}, 58), true);
+}
+
 // The ColumnPartials node (src/epilogue/column_partials.hpp) inside B2's GEMM: the raw per-(128-row tile, column)
 // partials of acc * c in the (poisoned) workspace against the node's host reference on the float64 acc = dz w and
 // c = x rstd; columns N..round_up(N, 128) must be written as 0. M and N are not tile multiples.

@@ -116,7 +116,8 @@ def test_bench_block_variant_sets_op_config_around_forward_and_backward():
     os.environ["CODA_OP_CONFIG"] = "outer"
     try:
         spec = "linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8"
-        _, measure, calls = bench_block.prepare_impl("coda:x", lambda a: (Probe.apply(a),), [x], [], 1, "cpu", spec)
+        _, measure, calls = bench_block.prepare_impl("coda:x", lambda a: (Probe.apply(a),), [x], [], 1, "cpu",
+                                                     {"CODA_OP_CONFIG": spec})
         assert seen == [("fwd", spec), ("bwd", spec)]  # the warm-up forward+backward
         assert os.environ["CODA_OP_CONFIG"] == "outer"
         seen.clear()
@@ -151,8 +152,51 @@ def test_bench_block_refuses_ambiguous_variants():
     import subprocess
     script = Path(__file__).resolve().parents[2] / "bench" / "python" / "bench_block.py"
     for args, says in ((["--coda-variant", "linear_rowscale_swiglu=pp_128x128x64_c2x1"], "is a fused op's name"),
-                       (["--coda-variant", "a=x", "--coda-variant", "a=y"], "given twice"),
+                       (["--coda-variant", "a=x", "--coda-variant", "a=y"], "sets CODA_OP_CONFIG twice"),
                        (["--coda-variant", "nolabel"], "expected LABEL=SPEC")):
         r = subprocess.run([sys.executable, str(script), "--device", "cpu", *args], capture_output=True, text=True,
                            cwd=script.parent, timeout=120)
         assert r.returncode == 2 and says in r.stderr, (args, r.stderr[-500:])
+
+
+def test_parse_variants_collects_env_per_label_and_refuses_bad_ones():
+    """--coda-variant LABEL=SPEC is CODA_OP_CONFIG=SPEC; --coda-env LABEL=VAR=VALUE adds any CODA_* variable; a label
+    named by both gets both; every malformed or ambiguous argument is refused with the argument in the message."""
+    errors = []
+
+    def error(msg):
+        errors.append(msg)
+        raise SystemExit(2)
+    got = common.parse_variants(["f3=linear_rowscale_swiglu=pp_128x128x64_c2x1", "both=pp_128x128x64_c2x1"],
+                                ["cublas=CODA_GEMM_CONFIG=cublas", "both=CODA_GEMM_CONFIG=cublas:x=1"], error)
+    assert got == {"coda:f3": {"CODA_OP_CONFIG": "linear_rowscale_swiglu=pp_128x128x64_c2x1"},
+                   "coda:both": {"CODA_OP_CONFIG": "pp_128x128x64_c2x1", "CODA_GEMM_CONFIG": "cublas:x=1"},
+                   "coda:cublas": {"CODA_GEMM_CONFIG": "cublas"}}
+    for ops, envs, says in (([], ["cublas=CODA_GEMM_CONFIG"], "expected LABEL=VAR=VALUE"),
+                            ([], ["=CODA_GEMM_CONFIG=cublas"], "expected LABEL=VAR=VALUE"),
+                            ([], ["a,b=CODA_GEMM_CONFIG=cublas"], "without commas"),
+                            ([], ["x=PATH=/tmp"], "not a CODA_* environment variable"),
+                            ([], ["x=CODA_GEMM_CONFIG=a", "x=CODA_GEMM_CONFIG=b"], "sets CODA_GEMM_CONFIG twice"),
+                            (["x=a"], ["x=CODA_OP_CONFIG=b"], "sets CODA_OP_CONFIG twice"),
+                            ([], ["linear_rowscale=CODA_GEMM_CONFIG=cublas"], "is a fused op's name"),
+                            (["nolabel"], [], "expected LABEL=SPEC")):
+        errors.clear()
+        try:
+            common.parse_variants(ops, envs, error)
+        except SystemExit:
+            pass
+        assert errors and says in errors[0], (ops, envs, errors)
+
+
+def test_env_vars_sets_and_restores_each_variable():
+    import os
+    os.environ.pop("CODA_TEST_A", None)
+    os.environ["CODA_TEST_B"] = "outer"
+    try:
+        with common.env_vars({"CODA_TEST_A": "1", "CODA_TEST_B": "2"}):
+            assert os.environ["CODA_TEST_A"] == "1" and os.environ["CODA_TEST_B"] == "2"
+        assert "CODA_TEST_A" not in os.environ and os.environ["CODA_TEST_B"] == "outer"
+        with common.env_vars(None):
+            assert os.environ["CODA_TEST_B"] == "outer"
+    finally:
+        os.environ.pop("CODA_TEST_B", None)
