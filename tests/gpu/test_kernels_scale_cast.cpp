@@ -93,7 +93,7 @@ TEST(KernelsScaleCast, BitExact) {
     }
     for (int64_t n : {int64_t{15}, int64_t{100003}}) {
       check({dt, n, 0.7f, 1, 0});  // src 4 bytes past alignment: the scalar kernel
-      check({dt, n, 0.7f, 4, 0});  // src 16 bytes past: not 32-byte aligned, scalar
+      check({dt, n, 0.7f, 4, 0});  // src 16 bytes past: 16-byte aligned, the vector kernel on a shifted start
       check({dt, n, 0.7f, 0, 3});  // out misaligned
       check({dt, n, 0.7f, 8, 8});  // both 32 / 16 bytes past: the vector kernel again
     }
