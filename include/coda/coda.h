@@ -241,11 +241,9 @@ CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, i
 /**
  * Backward of the LM head + cross-entropy and of the final RMSNorm before it (the last layer's exit, MATH.md F6 and
  * B2), chunked so that dlogits exist for `chunk_rows` tokens at a time. Per chunk of rows:
- *   l = diag(rstd) (h w^T) (recomputed, with each row's lse and target logit from the fp32 accumulator: F5 with
- *   stored logits); dl, zdz as coda_cross_entropy computes them (F6 with the gradient each row receives under
- *   options->reduction and grad_loss over all M rows: a mean divides by the number of non-ignored rows of the
- *   whole batch; the statistics are F5's, so each logits row is read once and the loss is computed from the
- *   unrounded logits, as coda_linear_cross_entropy computes it); then B2 with D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
+ *   l = diag(rstd) (h w^T) (recomputed, F2); dl, zdz as coda_cross_entropy computes them (F6, with the gradient
+ *   each row receives under options->reduction and grad_loss over all M rows: a mean divides by the number of
+ *   non-ignored rows of the whole batch); then B2 with D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
  *   c = x rstd; dW += dl^T a (fp32, across chunks); dgamma = sum over chunks (fixed order, deterministic).
  * \param h [M,d] bf16|fp16: x * gamma as given to the forward (keep it, or recompute with coda_rmsnorm_prepare).
  * \param w [V,d] same dtype, V % 8 == 0. \param rstd [M] fp32 (the final norm's). \param x [M,d] same dtype (the
@@ -277,7 +275,7 @@ CODA_API size_t coda_linear_cross_entropy_bwd_workspace_size(int64_t M, int64_t 
  * \param src   fp32, contiguous (any rank; elements as laid out).
  * \param scale fp32 with exactly one element (e.g. [] or [1]) on the same device, read by the kernel.
  * \param out   bf16|fp16, contiguous, the same sizes as src; must not overlap src or scale.
- * Empty src: nothing is launched. Any data alignment (16-byte vectors when src and out are both 16-byte
+ * Empty src: nothing is launched. Any data alignment (16-byte vectors when src is 32-byte and out 16-byte
  * aligned, as torch's allocations are).
  */
 CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* scale, coda_tensor* out, void* stream);
