@@ -73,6 +73,10 @@ def main():
         p.error(f"--coda-chunk-rows {a.coda_chunk_rows!r}: expected positive integers separated by commas")
     if any(n <= 0 for n in chunks):
         p.error(f"--coda-chunk-rows {a.coda_chunk_rows!r}: chunk sizes must be >= 1")
+    chunks = list(dict.fromkeys(chunks))  # each size once
+    taken = [f"coda:chunk{n}" for n in chunks if f"coda:chunk{n}" in variants]
+    if taken:
+        p.error(f"--coda-chunk-rows: {', '.join(taken)} is also a --coda-variant/--coda-env label")
     wanted = a.impls.split(",")
     unknown = [i for i in wanted if i not in ("coda", "eager", "compile", "liger")]
     if unknown:

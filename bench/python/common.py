@@ -123,16 +123,17 @@ def parse_variants(op_specs, env_specs, error):
     """The CODA variants of the --coda-variant LABEL=SPEC and --coda-env LABEL=VAR=VALUE arguments (lists of
     strings): {"coda:LABEL": {VAR: VALUE}}, where --coda-variant LABEL=SPEC is CODA_OP_CONFIG=SPEC and a label named
     by several arguments collects their variables. error(message) is called (argparse's p.error: it exits) on a
-    missing part, a label with a comma, a label that is a fused op's name (`op=config` without a label would pin
-    every op in CODA_OP_CONFIG's global form), a variable not named CODA_*, or one variable set twice for a label."""
+    missing part, a label with a comma, a --coda-variant label that is a fused op's name (`op=config` without a
+    label would pin every op in CODA_OP_CONFIG's global form), a variable not named CODA_[A-Z0-9_]+, or one
+    variable set twice for a label."""
     variants = {}
 
     def add(arg, label, var, value, form):
         if not label or not value or "," in label:
             error(f"{arg!r}: expected {form} (LABEL without commas)")
-        if label.removeprefix("coda_") in FUSED_OPS:
+        if form.startswith("LABEL=SPEC") and label.removeprefix("coda_") in FUSED_OPS:
             error(f"{arg!r}: the label {label!r} is a fused op's name; write LABEL={arg.split(' ', 1)[1]}")
-        if not (var.startswith("CODA_") and var.replace("_", "").isalnum() and var.upper() == var):
+        if not re.fullmatch(r"CODA_[A-Z0-9_]+", var):
             error(f"{arg!r}: {var!r} is not a CODA_* environment variable")
         env = variants.setdefault(f"coda:{label}", {})
         if var in env:

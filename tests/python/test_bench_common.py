@@ -167,6 +167,9 @@ def test_parse_variants_collects_env_per_label_and_refuses_bad_ones():
     def error(msg):
         errors.append(msg)
         raise SystemExit(2)
+    # --coda-env may use a fused op's name as its label: only CODA_OP_CONFIG's LABEL=SPEC form is ambiguous
+    assert common.parse_variants([], ["linear_rowscale=CODA_GEMM_CONFIG=cublas"], error) == {
+        "coda:linear_rowscale": {"CODA_GEMM_CONFIG": "cublas"}}
     got = common.parse_variants(["f3=linear_rowscale_swiglu=pp_128x128x64_c2x1", "both=pp_128x128x64_c2x1"],
                                 ["cublas=CODA_GEMM_CONFIG=cublas", "both=CODA_GEMM_CONFIG=cublas:x=1"], error)
     assert got == {"coda:f3": {"CODA_OP_CONFIG": "linear_rowscale_swiglu=pp_128x128x64_c2x1"},
@@ -178,7 +181,9 @@ def test_parse_variants_collects_env_per_label_and_refuses_bad_ones():
                             ([], ["x=PATH=/tmp"], "not a CODA_* environment variable"),
                             ([], ["x=CODA_GEMM_CONFIG=a", "x=CODA_GEMM_CONFIG=b"], "sets CODA_GEMM_CONFIG twice"),
                             (["x=a"], ["x=CODA_OP_CONFIG=b"], "sets CODA_OP_CONFIG twice"),
-                            ([], ["linear_rowscale=CODA_GEMM_CONFIG=cublas"], "is a fused op's name"),
+                            ([], ["x=CODA_=1"], "not a CODA_* environment variable"),
+                            ([], ["x=CODA_\u00c9=1"], "not a CODA_* environment variable"),
+                            (["linear_rowscale=pp_128x128x64_c2x1"], [], "is a fused op's name"),
                             (["nolabel"], [], "expected LABEL=SPEC")):
         errors.clear()
         try:
@@ -200,3 +205,13 @@ def test_env_vars_sets_and_restores_each_variable():
             assert os.environ["CODA_TEST_B"] == "outer"
     finally:
         os.environ.pop("CODA_TEST_B", None)
+
+
+def test_bench_lm_head_refuses_a_chunk_label_taken_by_a_variant():
+    """--coda-chunk-rows N adds coda:chunkN; a variant of that label would silently mix the two."""
+    import subprocess
+    script = Path(__file__).resolve().parents[2] / "bench" / "python" / "bench_lm_head.py"
+    r = subprocess.run([sys.executable, str(script), "--device", "cpu", "--coda-chunk-rows", "16",
+                        "--coda-env", "chunk16=CODA_GEMM_CONFIG=cublas"], capture_output=True, text=True,
+                       cwd=script.parent, timeout=120)
+    assert r.returncode == 2 and "also a --coda-variant/--coda-env label" in r.stderr, r.stderr[-500:]
