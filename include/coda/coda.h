@@ -275,7 +275,7 @@ CODA_API size_t coda_linear_cross_entropy_bwd_workspace_size(int64_t M, int64_t 
  * \param src   fp32, contiguous (any rank; elements as laid out).
  * \param scale fp32 with exactly one element (e.g. [] or [1]) on the same device, read by the kernel.
  * \param out   bf16|fp16, contiguous, the same sizes as src; must not overlap src or scale.
- * Empty src: nothing is launched. Any data alignment (16-byte vectors when src is 32-byte and out 16-byte
+ * Empty src: nothing is launched. Any data alignment (16-byte vectors when src and out are both 16-byte
  * aligned, as torch's allocations are).
  */
 CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* scale, coda_tensor* out, void* stream);

@@ -127,7 +127,7 @@ void expand_rope_inv_freq(float const* inv_freq, int32_t n_q_heads, int32_t n_kv
 
 /// coda_scale_cast: out[i] = R(src[i] * scale[0]) for i < n: fp32 src, the fp32 scalar `scale` read on the device,
 /// out bf16 or fp16 (out_dtype), the product in fp32 rounded once to nearest even. src and out contiguous and
-/// disjoint; any alignment (16-byte vectors when src is 32-byte and out 16-byte aligned).
+/// disjoint; any alignment (16-byte vectors when both are 16-byte aligned).
 void scale_cast(float const* src, float const* scale, coda_dtype out_dtype, void* out, int64_t n,
                 cudaStream_t stream);
 

@@ -33,9 +33,9 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   // default took 1.144-1.165 x (1.182 x). In run 3 the pingpong variants ran at 1245-1320 MHz against the
   // cooperative kernel's 1350-1470 MHz at the same power (128x128 tiles load more operand bytes per FLOP: computed,
   // not profiled), and with K this long the cooperative kernel's exposed epilogue is a small part of the tile (an
-  // estimate; the epilogue's share was not profiled). At 8B (K = 14336) the two
-  // were within each other's run-to-run noise (+-5 %, either one ahead) and the block forward did not improve
-  // with the cooperative one, so it keeps the pingpong default, as does 1B (K = 8192: 0.959 x, the best).
+  // estimate; the epilogue's share was not profiled). At 8B (K = 14336) the two were within each other's
+  // run-to-run noise (+-5 %, either one ahead) and the block forward did not improve with the cooperative one, so
+  // it keeps the pingpong default, as does 1B (K = 8192: 0.959 x, the best).
   if (!choice.pinned) {
     if (K <= 2 * N) {
       choice.knobs = raster_n(1);
