@@ -131,4 +131,28 @@ inline ::testing::AssertionResult Accepted(std::string const& what, ref::Accepta
 
 inline char const* dtype_name(coda_dtype dt) { return dt == CODA_BF16 ? "bf16" : dt == CODA_FP16 ? "fp16" : "fp32"; }
 
+/// Confident rows for the LM head's tests: for every `every`-th row m (from `first`) whose target t is a real
+/// column not already taken, sets w[t] (dtype-rounded) so that the raw logit rstd_m h_m . w[t] is ~`logit` (~25:
+/// p_t ~ 1 - V e^-25, where the bf16 spacing is 0.125, so any mismatch between the statistics and the stored
+/// logits a softmax is computed from shows). Other rows see column t as rstd h . w[t], ~logit / sqrt(d) in size.
+/// Returns the rows made confident. `w` is [V, d], `h` [M, d] (what the GEMM multiplies), `rstd` [M].
+inline std::vector<int64_t> make_confident_rows(ref::Matrix& w, ref::Matrix const& h, ref::Vector const& rstd,
+                                                ref::Targets const& targets, int64_t first, int64_t every,
+                                                double logit, coda_dtype dtype) {
+  std::vector<int64_t> rows;
+  std::vector<bool> taken(static_cast<size_t>(w.rows), false);
+  for (int64_t m = first; m < h.rows; m += every) {
+    int64_t const t = targets[static_cast<size_t>(m)];
+    if (t < 0 || t >= w.rows || taken[static_cast<size_t>(t)]) continue;
+    double const r = rstd[static_cast<size_t>(m)];
+    double norm2 = 0;
+    for (int64_t j = 0; j < h.cols; ++j) norm2 += (r * h(m, j)) * (r * h(m, j));
+    if (norm2 == 0) continue;
+    for (int64_t j = 0; j < h.cols; ++j) w(t, j) = ref::round_to(logit * r * h(m, j) / norm2, dtype);
+    taken[static_cast<size_t>(t)] = true;
+    rows.push_back(m);
+  }
+  return rows;
+}
+
 }  // namespace coda::test

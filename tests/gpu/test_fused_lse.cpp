@@ -107,8 +107,9 @@ void compute_refs(LseData& d, bool keep_capped) {
 
 /// Inputs as F2's tests (LM-head scale): h ~ N(0, 4^2) (x * gamma of the residual stream), w ~ N(0, 0.02^2), rstd
 /// around 0.25: logits of std ~0.9 at K = 2048. Targets uniform, `ignore_fraction` of them ignore_index, and rows
-/// 0 / 1 forced to the first / last column.
-LseData make_lse(LseCase const& c, uint64_t seed, bool keep_capped = false) {
+/// 0 / 1 forced to the first / last column. confident_logit > 0: every 4th row from row 2 gets a dominant target
+/// logit of about that size (make_confident_rows).
+LseData make_lse(LseCase const& c, uint64_t seed, bool keep_capped = false, double confident_logit = 0.0) {
   LseData d;
   d.c = c;
   d.h_bits = coda::test::normal_bits(c.M * c.K, 0.0, 4.0, g_dt, seed * 3 + 1);
@@ -121,6 +122,10 @@ LseData make_lse(LseCase const& c, uint64_t seed, bool keep_capped = false) {
   d.targets = random_targets(c.M, c.V, rng, c.ignore_fraction, c.ignore_index);
   if (c.M > 0 && c.ignore_fraction < 1.0) d.targets[0] = 0;
   if (c.M > 1 && c.ignore_fraction < 1.0) d.targets[1] = c.V - 1;
+  if (confident_logit > 0) {
+    coda::test::make_confident_rows(d.w, d.h, d.rstd, d.targets, 2, 4, confident_logit, g_dt);
+    d.w_bits = to_bits(d.w, g_dt);
+  }
   compute_refs(d, keep_capped);
   return d;
 }
@@ -367,6 +372,15 @@ TEST(FusedLse, NodePartials) {
       }
       EXPECT_EQ(bad, 0);
     }
+  }
+}
+
+// Rows with a dominant target logit (~25, p_t ~ 1), softcap off and on: both kernels against float64.
+TEST(FusedLse, ConfidentRows) {
+  CODA_REQUIRE_SM90();
+  for (double cap : {0.0, 30.0}) {
+    LseCase const c{300, 1000, 256, cap, -100, 0.05, true};
+    check_all(make_lse(c, 4100 + static_cast<uint64_t>(cap), false, 25.0), false);
   }
 }
 

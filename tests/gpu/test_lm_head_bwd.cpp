@@ -41,8 +41,9 @@ struct Result {
   Vector dgamma, loss;
 };
 
-void check(Case const& c, uint64_t seed) {
-  SCOPED_TRACE(c.name());
+/// confident_logit > 0: every 4th row gets a dominant target logit of about that size (make_confident_rows).
+void check(Case const& c, uint64_t seed, double confident_logit = 0.0) {
+  SCOPED_TRACE(c.name() + (confident_logit > 0 ? " confident rows" : ""));
   Rng rng(seed);
   coda_dtype const dt = c.dt;
   Matrix const x = round_to(random_residual(c.M, c.d, rng), dt);
@@ -53,8 +54,12 @@ void check(Case const& c, uint64_t seed) {
     for (int64_t j = 0; j < c.d; ++j) h(m, j) = x(m, j) * gamma[static_cast<size_t>(j)];
   }
   h = round_to(h, dt);
-  Matrix const w = round_to(random_weight(c.V, c.d, rng, 0.05), dt);
+  Matrix w = round_to(random_weight(c.V, c.d, rng, 0.05), dt);
   Targets const targets = random_targets(c.M, c.V, rng, c.ignore_fraction, -100);
+  if (confident_logit > 0) {
+    std::vector<int64_t> const rows = coda::test::make_confident_rows(w, h, rstd, targets, 0, 4, confident_logit, dt);
+    ASSERT_GE(static_cast<int64_t>(rows.size()), c.M / 8) << "too few confident rows to test";
+  }
   coda_ce_options o = coda_ce_options_default();
   o.reduction = c.reduction;
   if (c.extras) o.label_smoothing = 0.1f, o.z_loss = 1e-4f, o.softcap = 30.0f;
@@ -177,6 +182,18 @@ TEST(LinearCrossEntropyBwd, Options) {
 TEST(LinearCrossEntropyBwd, Llama32k) {
   CODA_REQUIRE_SM90();
   check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, false, CODA_BF16}, 720);
+}
+
+// Rows whose target logit is ~25 (p_t ~ 1): the gradient there is -(1 - p_t) ~ -1e-5, so the row's statistics
+// must be those of the logits the gradient is computed from. A version whose lse came from the unrounded fp32
+// logits while p came from the stored bf16 ones (c2a2cf7 reverted it) had the target gradient off by up to ~3e-2
+// there, far outside the acceptance rule on dx and dW.
+TEST(LinearCrossEntropyBwd, ConfidentRows) {
+  CODA_REQUIRE_SM90();
+  check({300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.05, false, false, false, CODA_BF16}, 740, 25.0);
+  check({300, 1000, 256, 100, CODA_REDUCTION_NONE, 0.0, true, true, true, CODA_BF16}, 741, 25.0);  // softcap 30
+  check({300, 1000, 256, 128, CODA_REDUCTION_SUM, 0.05, true, false, false, CODA_FP16}, 742, 12.0);
+  check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, false, CODA_BF16}, 743, 25.0);
 }
 
 TEST(LinearCrossEntropyBwdSanitize, Small) {
