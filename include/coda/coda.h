@@ -241,11 +241,9 @@ CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, i
 /**
  * Backward of the LM head + cross-entropy and of the final RMSNorm before it (the last layer's exit, MATH.md F6 and
  * B2), chunked so that dlogits exist for `chunk_rows` tokens at a time. Per chunk of rows:
- *   l = diag(rstd) (h w^T) (recomputed and stored in the dtype, with each row's lse and capped target logit taken
- *   from the stored values: F5 with logits); dl, zdz as coda_cross_entropy computes them on the stored logits (F6,
- *   with the gradient each row receives under options->reduction and grad_loss over all M rows: a mean divides by
- *   the number of non-ignored rows of the whole batch; with F5's statistics F6 reads each row once); then B2 with
- *   D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
+ *   l = diag(rstd) (h w^T) (recomputed, F2); dl, zdz as coda_cross_entropy computes them (F6, with the gradient
+ *   each row receives under options->reduction and grad_loss over all M rows: a mean divides by the number of
+ *   non-ignored rows of the whole batch); then B2 with D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
  *   c = x rstd; dW += dl^T a (fp32, across chunks); dgamma = sum over chunks (fixed order, deterministic).
  * \param h [M,d] bf16|fp16: x * gamma as given to the forward (keep it, or recompute with coda_rmsnorm_prepare).
  * \param w [V,d] same dtype, V % 8 == 0. \param rstd [M] fp32 (the final norm's). \param x [M,d] same dtype (the

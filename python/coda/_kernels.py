@@ -105,7 +105,7 @@ def linear_cross_entropy(h, w, rstd, targets, ignore_index, reduction, label_smo
 
 def linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_index, reduction, label_smoothing,
                              z_loss, softcap, chunk_rows, want_loss=False):
-    """Backward of the LM head + loss and the final norm (chunked F5 -> F6 -> B2 -> dW). -> (dx, dw fp32,
+    """Backward of the LM head + loss and the final norm (chunked F2 -> F6 -> B2 -> dW). -> (dx, dw fp32,
     dgamma fp32), plus the loss from the same pass when want_loss (a training step without a forward call)."""
     M, d = h.shape
     V = w.shape[0]

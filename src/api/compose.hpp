@@ -12,14 +12,6 @@
 
 namespace coda::api {
 
-/// coda_linear_rowscale_lse (its checks, then F5); stats_of_stored (with logits_out): lse and target_logit of the
-/// stored, rounded logits rather than of the fp32 ones, so that coda_cross_entropy's gradient with them is that of
-/// the stored row (the LM head's training chunks). Defined in forward_ops.cpp.
-coda_status linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
-                                const coda_tensor* targets, float softcap, int64_t ignore_index, coda_tensor* lse_out,
-                                coda_tensor* target_logit_out, coda_tensor* logits_out, void* workspace,
-                                size_t workspace_bytes, void* stream, bool stats_of_stored);
-
 /// Row-major [rows, cols] view with row stride ld over `data` on `device`.
 inline coda_tensor view2d(void* data, coda_dtype dt, int64_t rows, int64_t cols, int64_t ld, int device) {
   coda_tensor t{};

@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "api/checks.hpp"
-#include "api/compose.hpp"
 #include "api/guard.hpp"
 #include "kernels/kernels.hpp"
 #include "ops/linear_residual_rmsnorm/kernels.hpp"
@@ -224,13 +223,11 @@ CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V) {
   return 4 * api::row_partials_bytes(M, V, coda::ops::kLseTileM, coda::ops::kLseTileN);
 }
 
-}  // extern "C"
-
-coda_status coda::api::linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
-                                           const coda_tensor* targets, float softcap, int64_t ignore_index,
-                                           coda_tensor* lse_out, coda_tensor* target_logit_out,
-                                           coda_tensor* logits_out, void* workspace, size_t workspace_bytes,
-                                           void* stream, bool stats_of_stored) {
+CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
+                                              const coda_tensor* targets, float softcap, int64_t ignore_index,
+                                              coda_tensor* lse_out, coda_tensor* target_logit_out,
+                                              coda_tensor* logits_out, void* workspace, size_t workspace_bytes,
+                                              void* stream) {
   return guarded("coda_linear_rowscale_lse", [&] {
     Arg const Hh{h, "h"}, W{w, "w"}, S{rstd, "rstd"}, T{targets, "targets"};
     Arg const L{lse_out, "lse_out"}, TL{target_logit_out, "target_logit_out"}, LG{logits_out, "logits_out"};
@@ -256,19 +253,8 @@ coda_status coda::api::linear_rowscale_lse(const coda_tensor* h, const coda_tens
                                    static_cast<float*>(target_logit_out->data),
                                    logits_out != nullptr ? logits_out->data : nullptr,
                                    logits_out != nullptr ? row_stride(LG, s.N) : 0, workspace, workspace_bytes, fp16,
-                                   static_cast<cudaStream_t>(stream), nullptr, stats_of_stored);
+                                   static_cast<cudaStream_t>(stream));
   });
-}
-
-extern "C" {
-
-CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
-                                              const coda_tensor* targets, float softcap, int64_t ignore_index,
-                                              coda_tensor* lse_out, coda_tensor* target_logit_out,
-                                              coda_tensor* logits_out, void* workspace, size_t workspace_bytes,
-                                              void* stream) {
-  return coda::api::linear_rowscale_lse(h, w, rstd, targets, softcap, ignore_index, lse_out, target_logit_out,
-                                        logits_out, workspace, workspace_bytes, stream, false);
 }
 
 CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V) {

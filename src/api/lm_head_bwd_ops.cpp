@@ -1,11 +1,6 @@
 // C ABI of the LM head + cross-entropy backward (coda_linear_cross_entropy_bwd): validation of the whole call, then
-// per chunk of rows F5 (recomputed logits with their row lse and target logit) -> F6 (one read of each row: loss,
-// dlogits in place, zdz) -> B2 (dx, a, dgamma of the chunk) -> dW += dlogits^T a (fp32), so dlogits exist for one
-// chunk at a time. F5 takes each row's statistics from the logits as it stores them (rounded), so F6 reads each
-// logits row once instead of twice (statistics, then gradient: the chunk path with F2 before) and computes the same
-// function: the loss and p = exp(c - lse) from the stored values, as the unfused pipeline does. (A first version
-// took them from the unrounded fp32 logits: a confident row's p then did not sum to 1; reverted in c2a2cf7,
-// bench/results/block_variants_h200/README.md, run 9.) The ops run through their own C entry points (a
+// per chunk of rows F2 (recomputed logits) -> F6 (dlogits in place, zdz) -> B2 (dx, a, dgamma of the chunk) -> dW +=
+// dlogits^T a (fp32), so dlogits exist for one chunk at a time. The ops run through their own C entry points (a
 // failure there, after this validation, is a CODA bug reported with the step) plus two tiny internal kernels (the
 // mean's gradient scale over all rows, the fixed-order dgamma sum over chunks). Also coda_scale_cast, which the
 // training step's backward applies to the fp32 weight gradient this call leaves.
@@ -46,8 +41,6 @@ struct Plan {
   void* logits = nullptr;    // [C, V] logits, then dlogits
   void* a = nullptr;         // [C, d]
   float* zdz = nullptr;      // [C]
-  float* lse = nullptr;      // [C] F5's row lse
-  float* tlogit = nullptr;   // [C] F5's target logit
   float* loss_rows = nullptr;  // [M] per-row losses (reduced into loss_out for mean/sum)
   unsigned long long* count = nullptr;  // the mean's non-ignored row count
   float* dgamma = nullptr;   // [chunks, d] per-chunk dgamma
@@ -66,12 +59,10 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   p.logits = take(static_cast<size_t>(C * V) * 2);
   p.a = take(static_cast<size_t>(C * d) * 2);
   p.zdz = static_cast<float*>(take(static_cast<size_t>(C) * 4));
-  p.lse = static_cast<float*>(take(static_cast<size_t>(C) * 4));
-  p.tlogit = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.loss_rows = static_cast<float*>(take(static_cast<size_t>(M) * 4));
   p.count = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
   p.dgamma = static_cast<float*>(take(static_cast<size_t>(chunks * d) * 4));
-  p.op_ws_bytes = std::max({coda_linear_rowscale_lse_workspace_size(C, V), coda_cross_entropy_workspace_size(C, V),
+  p.op_ws_bytes = std::max({coda_linear_rowscale_workspace_size(C, V), coda_cross_entropy_workspace_size(C, V),
                             coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(V, d, C)});
   p.op_ws = take(p.op_ws_bytes);
   p.total = carve.used();
@@ -169,11 +160,7 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       coda_tensor dx_in_c{};
       if (dx_in != nullptr) dx_in_c = rows_of(*dx_in, r0, rows);
 
-      coda_tensor lse_c = view1d(p.lse, CODA_FP32, rows, device);
-      coda_tensor tlogit_c = view1d(p.tlogit, CODA_FP32, rows, device);
-      step(api::linear_rowscale_lse(&h_c, w, &rstd_c, &t_c, o.softcap, o.ignore_index, &lse_c, &tlogit_c, &logits,
-                                    p.op_ws, p.op_ws_bytes, stream, /*stats_of_stored=*/true),
-           "F5 (logits, lse and target logit of the stored logits)");
+      step(coda_linear_rowscale(&h_c, w, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream), "F2 (logits)");
       coda::kernels::CrossEntropyArgs ce;
       ce.dtype = dt;
       ce.M = rows, ce.V = V;
@@ -188,7 +175,6 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       ce.dlogits = p.logits, ce.ld_dlogits = V;
       ce.zdz = p.zdz;
       ce.workspace = p.op_ws;
-      ce.lse = p.lse, ce.target_logit = p.tlogit;
       coda::kernels::cross_entropy(ce, st);  // F6: per-row loss, dlogits in place, zdz
       step(coda_linear_residual_rmsnorm_bwd(&logits, w, &x_c, gamma, &rstd_c, &zdz, dx_in != nullptr ? &dx_in_c : nullptr,
                                             1.0f, &dx_c, &a, &dgamma_c, p.op_ws, p.op_ws_bytes, stream),

@@ -10,10 +10,6 @@
 //        gradient with streaming stores (in place over the logits is safe: each element is read, then written, by
 //        the same thread, after pass 1 has finished for the whole row), and sums raw logit x fp32 gradient for zdz.
 //   3. ce_reduce_loss (mean/sum): one block adds the per-row losses (workspace) in a fixed order, in double.
-// With row statistics given (lse and the capped target logit from the logits' GEMM, F5 with stored logits: the LM
-// head's training chunks), ce_rows skips pass 1 and reads each row once: pass 2 also sums the capped logits for
-// label smoothing, and the loss is finished after it (the same double formula). F5 takes those statistics from the
-// stored, rounded logits, the values pass 2 reads, so the row's p = exp(c - lse) sum to 1 as with pass 1.
 // No float atomics anywhere: same inputs, same bits.
 //
 // Rows: target == ignore_index -> loss 0, gradient 0, zdz 0 (the row is not read). A target outside [0, V) that is
@@ -67,8 +63,6 @@ struct Params {
   float* loss_rows;                   // reduction none: loss_out; mean/sum: the workspace
   float* zdz;
   float hidden_size;
-  float const* lse;           // [M] or nullptr: row statistics given (skip pass 1)
-  float const* target_logit;  // [M] capped target logit (with lse)
 };
 
 __device__ __forceinline__ int64_t load_target(void const* targets, bool is64, int64_t m) {
@@ -157,18 +151,7 @@ __device__ __forceinline__ float capped(float l, float cap, float inv_cap) {
 
 // ---- per-row kernel -------------------------------------------------------------------------------------------------
 
-/// The row loss from its statistics, in double: (1-ls)(lse - l_t) + ls (lse - sum/V) + z lse^2.
-__device__ __forceinline__ double row_loss(double lse, float target_value, float sum, Params const& p) {
-  double const ls = p.label_smoothing, z = p.z_loss;
-  double loss = 0.0;
-  if (ls < 1.0) loss += (1.0 - ls) * (lse - static_cast<double>(target_value));
-  if (ls > 0.0) loss += ls * (lse - static_cast<double>(sum) * p.inv_V);
-  if (z > 0.0) loss += z * lse * lse;
-  return loss;
-}
-
-/// kStats: p.lse / p.target_logit give the row statistics (requires p.dlogits): one read of the row.
-template <typename T, bool kVec, bool kStats>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(Params p) {
   constexpr int E = kVec ? 8 : 1;
   using IO = RowIO<T, E>;
@@ -205,10 +188,10 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
 
     // ---- pass 1: statistics ----
     float target_value = 0.0f;
-    LseSum st{-INFINITY, 0.0f, 0.0f};
     // Read before any write of this row (in place).
-    if (!kStats && threadIdx.x == 0) target_value = capped(Elem<T>::to_float(row[t]), cap, inv_cap);
-    for (int64_t k0 = threadIdx.x; !kStats && k0 < items; k0 += step) {
+    if (threadIdx.x == 0) target_value = capped(Elem<T>::to_float(row[t]), cap, inv_cap);
+    LseSum st{-INFINITY, 0.0f, 0.0f};
+    for (int64_t k0 = threadIdx.x; k0 < items; k0 += step) {
       typename IO::Raw raw[kRowUnroll];
 #pragma unroll
       for (int r = 0; r < kRowUnroll; ++r) {
@@ -240,18 +223,17 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
         }
       }
     }
-    if constexpr (!kStats) {
-      st = block_lse(st, lse_scratch);  // its barriers also order the previous row's coef reads before the write
-    } else {
-      __syncthreads();  // no pass 1: every thread has read the previous row's coef before thread 0 rewrites it
-    }
+    st = block_lse(st, lse_scratch);
 
     if (threadIdx.x == 0) {
       // Row scalars in double (lse - l_t, lse - mean_j l_j without fp32 cancellation).
-      double const lse = kStats ? static_cast<double>(p.lse[m])
-                                : static_cast<double>(st.m2) * kLn2 + log(static_cast<double>(st.se));
+      double const lse = static_cast<double>(st.m2) * kLn2 + log(static_cast<double>(st.se));
       double const ls = p.label_smoothing, z = p.z_loss;
-      if (!kStats) p.loss_rows[m] = static_cast<float>(row_loss(lse, target_value, st.sum, p));
+      double loss = 0.0;
+      if (ls < 1.0) loss += (1.0 - ls) * (lse - static_cast<double>(target_value));
+      if (ls > 0.0) loss += ls * (lse - static_cast<double>(st.sum) * p.inv_V);
+      if (z > 0.0) loss += z * lse * lse;
+      p.loss_rows[m] = static_cast<float>(loss);
       if (drow != nullptr) {
         float g = 1.0f;
         if (p.grad_mode == 1) g = p.grad_loss[0];
@@ -268,8 +250,8 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
     __syncthreads();
     float const lse2 = coef[0], a = coef[1], b = coef[2], gt = coef[3];
 
-    // ---- pass 2: gradient, and zdz from the fp32 gradient (with kStats: also the capped logits' sum) ----
-    float zacc = 0.0f, csum = 0.0f;
+    // ---- pass 2: gradient, and zdz from the fp32 gradient ----
+    float zacc = 0.0f;
     for (int64_t k0 = threadIdx.x; k0 < items; k0 += step2) {
       typename IO::Raw raw[kRowUnroll2];
 #pragma unroll
@@ -295,7 +277,6 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
             if (cap > 0.0f) v *= fmaf(-th, th, 1.0f);  // d capped / d raw = 1 - tanh^2
             d[i] = v;
             zacc = fmaf(l[i], v, zacc);
-            if constexpr (kStats) csum += c;
           }
           IO::store(drow, k, d);
         }
@@ -304,10 +285,6 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
     if (p.zdz != nullptr) {  // uniform
       float const total = detail::block_sum(zacc, sum_scratch);
       if (threadIdx.x == 0) p.zdz[m] = total / p.hidden_size;
-    }
-    if constexpr (kStats) {
-      float const sum = p.label_smoothing > 0.0f ? detail::block_sum(csum, sum_scratch) : 0.0f;  // uniform
-      if (threadIdx.x == 0) p.loss_rows[m] = static_cast<float>(row_loss(p.lse[m], p.target_logit[m], sum, p));
     }
   }
 }
@@ -370,11 +347,10 @@ void launch_rows(Params const& p, bool vec, cudaStream_t stream) {
   // 1024 threads 2.0 ms; expf instead of exp2f 1.99 ms. Loss only: 0.73 ms.
   int const threads = detail::threads_for(items, kRowUnroll, 32, kRowMaxThreads);
   unsigned const grid = detail::grid_for(p.M);
-  bool const stats = p.lse != nullptr;
   if (vec) {
-    (stats ? ce_rows_kernel<T, true, true> : ce_rows_kernel<T, true, false>)<<<grid, threads, 0, stream>>>(p);
+    ce_rows_kernel<T, true><<<grid, threads, 0, stream>>>(p);
   } else {
-    (stats ? ce_rows_kernel<T, false, true> : ce_rows_kernel<T, false, false>)<<<grid, threads, 0, stream>>>(p);
+    ce_rows_kernel<T, false><<<grid, threads, 0, stream>>>(p);
   }
   CODA_CHECK_LAUNCH();
 }
@@ -418,13 +394,6 @@ void cross_entropy(CrossEntropyArgs const& a, cudaStream_t stream) {
   p.loss_rows = per_row ? a.loss : ws_loss_rows;
   p.zdz = a.dlogits != nullptr ? a.zdz : nullptr;
   p.hidden_size = static_cast<float>(a.hidden_size);
-  if (a.lse != nullptr) {
-    if (a.dlogits == nullptr || a.target_logit == nullptr) {
-      ::coda::detail::fail(CODA_ERROR_INTERNAL, "cross_entropy: row statistics need target_logit and dlogits");
-    }
-    p.lse = a.lse;
-    p.target_logit = a.target_logit;
-  }
 
   if (mean) {
     ce_count_valid_kernel<<<1, kReduceThreads, 0, stream>>>(a.targets, a.targets_int64, a.M, p.ignore_index,

@@ -63,12 +63,6 @@ struct CrossEntropyArgs {
   int64_t ld_dlogits = 0;
   float* zdz = nullptr;            ///< NULL or [M] (requires dlogits)
   void* workspace = nullptr;       ///< cross_entropy_workspace_size(M) bytes, 256-byte aligned
-  /// Row statistics from the logits' GEMM (F5 with stored logits, coda_linear_rowscale_lse: lse and the capped
-  /// target logit of the stored, rounded logits, so they are the statistics of what this kernel reads), or
-  /// nullptr: then the kernel computes them from the stored logits in a first read of each row.
-  /// Given, each row is read once (requires dlogits); the loss uses them as cross_entropy_from_stats does.
-  float const* lse = nullptr;           ///< [M]
-  float const* target_logit = nullptr;  ///< [M], with lse
 };
 /// Workspace of cross_entropy: per-row losses (fp32 [M]) followed by the non-ignored row count (uint64), each in
 /// its own 256-byte-aligned slot. 0 for M <= 0.

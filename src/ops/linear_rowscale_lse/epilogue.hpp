@@ -3,22 +3,15 @@
 //   l   = multiplies(ColBroadcast(rstd), acc)                   fp32, evaluated once
 //   D   = R(l)                                                   raw logits (LseEpilogue only)
 //   lse partials = OnlineLse( Compute<Softcap>(l) )              fp32, per (row, N-tile), epilogue/online_lse.hpp
-//   lse partials = OnlineLse( Compute<Softcap>(R(l)) )           LseEpilogue with stats_of_stored
 //
-// LseEpilogue:         Sm90SplitTreeVisitor<input: l, output: SplitTreeFetch -> D,
-//                                           aux: OnlineLse(Softcap(RoundThrough(fetch)))>
+// LseEpilogue:         Sm90SplitTreeVisitor<input: l, output: SplitTreeFetch -> D, aux: OnlineLse(Softcap(fetch))>
 // LseNoLogitsEpilogue: Sm90EVT<OnlineLse, Sm90EVT<Softcap, l>> with ElementD = void; the root's OnlineLse names
 //                      the collective's (unused) D element through its ElementAux (CUTLASS_EVT.md section 8).
 // The statistics use l in fp32 before any rounding (like F1's sums of squares): only fp32 GEMM and exp/log
-// rounding separate them from the float64 reference; the stored logits are rounded once. With stats_of_stored
-// (a run-time flag of the logits kernel; the LM head's training chunks) they use R(l), the very values stored, so
-// a consumer that reads the stored row (F6) and takes lse from here computes p = exp(c - lse) that sum to 1 over
-// the row. With the fp32 lse a confident row's p would not: at a logit of 25 the bf16 spacing is 0.125, so the
-// target's p could be off by ~6 % (a float64 simulation; c2a2cf7 reverted a version that did this).
+// rounding separate them from the float64 reference; the stored logits are rounded once.
 #pragma once
 
 #include "epilogue/online_lse.hpp"
-#include "epilogue/round_through.hpp"
 #include "epilogue/softcap.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_rowscale_lse/kernels.hpp"
@@ -42,10 +35,6 @@ template <class Traits>
 using Softcap = cutlass::epilogue::fusion::Sm90Compute<epilogue::Softcap, float, float, Traits::kRound>;
 template <class Traits>
 using Lse = epilogue::OnlineLse<typename Traits::TileShape, cutlass::bfloat16_t>;
-/// fp32 -> ElementD -> fp32 when LseArgs::stats_of_stored: the value the collective stores as D.
-template <class Traits>
-using RoundToD = cutlass::epilogue::fusion::Sm90Compute<
-    epilogue::RoundThrough<typename Traits::ElementD>::template Fn, float, float, Traits::kRound>;
 
 template <class RstdArgs>
 void fill_rstd(RstdArgs& out, LseArgs const& args, gemm::Operands const& op) {
@@ -81,18 +70,16 @@ struct LseEpilogue {
   template <class Traits>
   struct Program {
     using ElementC = void;
-    using Rounded = cutlass::epilogue::fusion::Sm90EVT<lse_detail::RoundToD<Traits>,
-                                                       cutlass::epilogue::fusion::Sm90SplitTreeFetch>;
-    using Aux = cutlass::epilogue::fusion::Sm90EVT<lse_detail::Lse<Traits>,
-                                                   cutlass::epilogue::fusion::Sm90EVT<lse_detail::Softcap<Traits>, Rounded>>;
+    using Aux = cutlass::epilogue::fusion::Sm90EVT<
+        lse_detail::Lse<Traits>,
+        cutlass::epilogue::fusion::Sm90EVT<lse_detail::Softcap<Traits>, cutlass::epilogue::fusion::Sm90SplitTreeFetch>>;
     using Fusion = cutlass::epilogue::fusion::Sm90SplitTreeVisitor<lse_detail::Logits<Traits>,
                                                                    cutlass::epilogue::fusion::Sm90SplitTreeFetch, Aux>;
 
-    /// {op_0 = l {rstd, acc, multiply}, op_1 = aux {softcap {round {fetch, node}, node}, lse}, op_2 = D fetch}
+    /// {op_0 = l {rstd, acc, multiply}, op_1 = aux {softcap {fetch, node}, lse}, op_2 = D fetch}
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
       lse_detail::fill_rstd(out.op_0.op_0, args, op);
-      out.op_1.op_0.op_0.op_1.enabled = args.stats_of_stored;
       out.op_1.op_0.op_1 = lse_detail::softcap_args(args.softcap);
       out.op_1.op_1 = lse_detail::lse_args(args);
     }

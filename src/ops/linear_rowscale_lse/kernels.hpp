@@ -23,9 +23,6 @@ struct LseArgs {
   float* part_sumexp = nullptr;
   float* part_sum = nullptr;
   float* part_target = nullptr;
-  /// With stored logits only: the statistics of the stored (rounded) logits instead of the fp32 ones, so that a
-  /// softmax over the stored row with this lse sums to 1 (the LM head's training chunks, where F6 reads the row).
-  bool stats_of_stored = false;
 };
 
 namespace lse_kernels {
@@ -70,13 +67,12 @@ inline constexpr int64_t kLseTileM = 128, kLseTileN = 128;
 /// [M] int32|int64.
 /// logits: nullptr, or [M,V] in the input dtype with row stride ld_logits (raw, before softcap). lse, target_logit: [M]
 /// fp32. `workspace` holds the partials (LseWorkspace of the chosen kernel, 16-byte aligned). M, V, K >= 1. logit_sum:
-/// nullptr, or [M] fp32 receiving the row sum of the (capped) logits (label smoothing). stats_of_stored (with logits):
-/// lse, target_logit and logit_sum of the stored, rounded logits (LseArgs). Enqueues the fused GEMM, then the
-/// finishing kernel, on `stream`. Throws coda::detail::Error.
+/// nullptr, or [M] fp32 receiving the row sum of the (capped) logits (label smoothing). Enqueues the fused GEMM, then
+/// the finishing kernel, on `stream`. Throws coda::detail::Error.
 void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t ldh, void const* w, int64_t ldw,
                          float const* rstd, void const* targets, bool targets_int64, float softcap,
                          int64_t ignore_index, float* lse, float* target_logit, void* logits, int64_t ld_logits,
                          void* workspace, size_t workspace_bytes, bool fp16, cudaStream_t stream,
-                         float* logit_sum = nullptr, bool stats_of_stored = false);
+                         float* logit_sum = nullptr);
 
 }  // namespace coda::ops

@@ -14,7 +14,7 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
                          float const* rstd, void const* targets, bool targets_int64, float softcap,
                          int64_t ignore_index, float* lse, float* target_logit, void* logits, int64_t ld_logits,
                          void* workspace, size_t workspace_bytes, bool fp16, cudaStream_t stream,
-                         float* logit_sum, bool stats_of_stored) {
+                         float* logit_sum) {
   namespace kn = lse_kernels;
   bool const store_logits = logits != nullptr;
   auto choice = store_logits ? choose_kernel("coda_linear_rowscale_lse", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
@@ -28,14 +28,17 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
   // same knobs. Measured under sustained load (bench/python/sweep_ops.py: back-to-back calls at the 700 W limit,
   // M = 8192, V = 128256; bench/results/sweep_ops_h200/): pingpong n/8 1.007 x cuBLAS at 1B and 1.062 x at
   // 8B, cooperative n/8 1.045 x at 70B, where raster N without swizzle (the best of bench_fused's one-after-another
-  // sweep) took 1.125 / 1.189 / 1.187 x, at 1155 MHz against 1395-1425 MHz. The likely reason (from the tile order, not profiled): without
+  // sweep, and still the default with stored logits, which was not measured this way) took 1.125 / 1.189 /
+  // 1.187 x, at 1155 MHz against 1395-1425 MHz. The likely reason (from the tile order, not profiled): without
   // swizzle a wave of tiles spans one 128-row band and hundreds of vocabulary columns, so the weight streams from
-  // DRAM once per row band. With stored logits (the LM head's training chunks, 2048 x 128256 at llama3-1B):
-  // pingpong, raster N, swizzle 8 too; raster N without swizzle made the LM head's forward+backward 3.8 % slower
-  // (23.44 against 22.59 ms per call, bench_lm_head.py, bench/results/block_variants_h200/ run 9).
+  // DRAM once per row band.
   if (!choice.pinned) {
-    if (!store_logits && K >= 8192 && !fp16) choice.ops = &kn::fwd_bf16_nologits_coop_128x256x64_c2x1();
-    choice.knobs = raster_n(8);
+    if (store_logits) {
+      choice.knobs = raster_n(1);
+    } else {
+      if (K >= 8192 && !fp16) choice.ops = &kn::fwd_bf16_nologits_coop_128x256x64_c2x1();
+      choice.knobs = raster_n(8);
+    }
   }
   gemm::Knobs const& knobs = choice.knobs;
   gemm::KernelOps<LseArgs> const& k = *choice.ops;
@@ -64,7 +67,6 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
   args.part_sumexp = ws.buffer(workspace, 1);
   args.part_sum = ws.buffer(workspace, 2);
   args.part_target = ws.buffer(workspace, 3);
-  args.stats_of_stored = stats_of_stored && store_logits;
   // No CUTLASS workspace: the epilogues reduce into the caller's buffers; run() rejects a kernel that would
   // need one (CODA_ERROR_WORKSPACE), so no separate workspace_size() query (a second argument build per call).
   k.run(op, args, knobs, nullptr, 0, stream);
