@@ -86,7 +86,7 @@ def timed_pipelined(fn, reps, warmup=3, device="cuda"):
 
 
 # libcoda's fused ops as CODA_OP_CONFIG's per-op form names them, and the mainloop configs they compile for bf16
-# (the backward ops: the pingpong one only): src/ops/op_config.cu, which refuses anything else.
+# (B3, linear_swiglu_bwd_zdz: the pingpong one only): src/ops/op_config.cu, which refuses anything else.
 FUSED_OPS = ("linear_rowscale", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_rope",
              "linear_rowscale_lse", "linear_residual_rmsnorm_bwd", "linear_swiglu_bwd_zdz")
 FUSED_CONFIGS = ("coop_128x256x64_c2x1", "pp_128x128x64_c2x1")

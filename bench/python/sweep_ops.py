@@ -41,7 +41,7 @@ from common import CONFIGS, FUSED_CONFIGS, append_jsonl, env_var, interleaved, t
 
 from coda import _C, _kernels
 
-BACKWARD_OPS = ("b2_qkv", "b2_gu", "b2_lm", "b3")  # compiled with the pingpong config only
+PINGPONG_ONLY_OPS = ("b3",)  # compiled with the pingpong config only (B2 has the cooperative one too)
 # coda_gemm: pinned through CODA_GEMM_CONFIG, `default` = its autotuned pick
 PLAIN_OPS = ("gemm_gu", "gemm_down", "wgrad_o", "wgrad_gu", "wgrad_down", "wgrad_qkv")
 PLAIN_CONFIGS = ("coop_128x256x64_c2x1", "coop_128x256x64_c1x1", "pp_128x128x64_c2x1", "pp_64x256x64_c2x1",
@@ -52,7 +52,7 @@ VOCAB = 128256
 
 def default_pins(op="f3"):
     pins = ["default"]
-    configs = (FUSED_CONFIGS[1:] if op in BACKWARD_OPS else WGRAD_CONFIGS if op.startswith("wgrad")
+    configs = (FUSED_CONFIGS[1:] if op in PINGPONG_ONLY_OPS else WGRAD_CONFIGS if op.startswith("wgrad")
                else PLAIN_CONFIGS if op in PLAIN_OPS else FUSED_CONFIGS)
     for c in configs:
         pins += [f"{c}:raster={r},swizzle={s}" for r in "nm" for s in (1, 2, 4, 8)]

@@ -99,6 +99,29 @@ inline int64_t effective_ld(int64_t ld, int64_t rows, int64_t contig, int align)
   return rows > 1 ? ld : (contig + align - 1) / align * align;
 }
 
+/// CollectiveEpilogue of a program: CUTLASS's builder, or (when the program defines EpilogueDispatchPolicy, an
+/// Sm90TmaWarpSpecialized<StagesC, StagesD, ...>) the builder's implementation with that policy.
+template <class Program, class = void>
+struct HasEpilogueDispatchPolicy : std::false_type {};
+template <class Program>
+struct HasEpilogueDispatchPolicy<Program, std::void_t<typename Program::EpilogueDispatchPolicy>> : std::true_type {};
+
+template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
+          class LayoutD, int kAlignmentD, bool = HasEpilogueDispatchPolicy<Program>::value>
+struct EpilogueOf {
+  using type = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
+      typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD,
+      typename Config::EpilogueSchedule, typename Program::Fusion>::CollectiveOp;
+};
+template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
+          class LayoutD, int kAlignmentD>
+struct EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD, true> {
+  using type = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
+      typename Config::TileShape, typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD,
+      LayoutD, kAlignmentD, typename Program::Fusion, typename Program::EpilogueDispatchPolicy>::CollectiveOp;
+};
+
 }  // namespace detail
 
 /// What an epilogue program may depend on: the config, the output element and the epilogue sub-tile (the shape
@@ -135,10 +158,10 @@ struct FusedLinear {
   static constexpr int kAlignmentD = detail::alignment16<ElementD>();
   static constexpr int kAlignmentC = std::is_void_v<ElementC> ? kAlignmentD : detail::alignment16<ElementC>();
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
-      typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD,
-      typename Config::EpilogueSchedule, typename Program::Fusion>::CollectiveOp;
+  // The builder's epilogue, unless the program names its own dispatch policy (fewer C/D smem stages, so that a
+  // long-K cooperative kernel keeps more mainloop stages): then the builder's implementation with that policy.
+  using CollectiveEpilogue = typename detail::EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC,
+                                                         ElementD, LayoutD, kAlignmentD>::type;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA, kAlignmentAB, ElementAB, LayoutB,

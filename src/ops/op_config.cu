@@ -21,7 +21,7 @@ struct FusedOp {
 };
 constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", true},          {"coda_linear_residual_rmsnorm", true},
                                  {"coda_linear_rowscale_swiglu", true},   {"coda_linear_rowscale_rope", true},
-                                 {"coda_linear_rowscale_lse", true},      {"coda_linear_residual_rmsnorm_bwd", false},
+                                 {"coda_linear_rowscale_lse", true},      {"coda_linear_residual_rmsnorm_bwd", true},
                                  {"coda_linear_swiglu_bwd_zdz", false}};
 constexpr char const* kCoop = "coop_128x256x64_c2x1";
 constexpr char const* kPingpong = "pp_128x128x64_c2x1";

@@ -21,6 +21,8 @@
 #include <cutlass/functional.h>
 #include <cutlass/numeric_types.h>
 
+#include <type_traits>
+
 namespace coda::ops {
 
 namespace b2 {
@@ -95,9 +97,26 @@ struct ResidualRmsnormBwdEpilogue {
     // llama3-1B q/k/v dgrad: 70 % of stalls on the L1TEX scoreboard); since the program is a tap tree, TMA x is
     // also the faster one at the LM-head dgrad (K = V), where stage 0 used to win by keeping a mainloop stage.
     // Own C/x rings without the D smem reuse (4 subtiles ahead) measured the same (bench_backward --sweep).
-    using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<
+    using BuilderDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<
         TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC, ElementD,
         typename Traits::EpilogueSchedule>;
+    // The cooperative 128x256 kernel (long K: the gate/up and LM-head dgrads) keeps 3 C/x stages instead of the
+    // builder's 4: with four 128x32 rings (dx_in as C, shared with dx; x; a) the builder's epilogue left the
+    // mainloop 2 stages (stop 19's trial, 4-8 % slower in the block); this keeps it 3. Pingpong: the builder's.
+    static constexpr bool kCoop =
+        cutlass::epilogue::collective::detail::sm90_is_cooperative_v<typename Traits::EpilogueSchedule>;
+    struct EpiDesc {
+      using EpilogueTile = typename BuilderDesc::EpilogueTile;
+      static constexpr int StagesD = BuilderDesc::StagesD;
+      static constexpr int StagesC = kCoop ? StagesD + 1 : BuilderDesc::StagesC;  // reuse of C's smem needs D + 1
+    };
+    using EpilogueDispatchPolicy = std::conditional_t<
+        kCoop,
+        cutlass::epilogue::Sm90TmaWarpSpecialized<EpiDesc::StagesC, EpiDesc::StagesD,
+                                                  BuilderDesc::DispatchPolicy::FragmentSize,
+                                                  BuilderDesc::DispatchPolicy::ReuseSmemC,
+                                                  BuilderDesc::DispatchPolicy::DelayTmaStore>,
+        typename BuilderDesc::DispatchPolicy>;
     using XDesc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpiDesc, cutlass::layout::RowMajor, ElementD>;
     static_assert(cute::is_same_v<typename XDesc::Stride, MatStride>, "x stride type");
     using X = cutlass::epilogue::fusion::Sm90AuxLoad<XDesc::Stages, typename EpiDesc::EpilogueTile, ElementD,

@@ -28,6 +28,8 @@ struct ResidualRmsnormBwdArgs {
 
 namespace residual_rmsnorm_bwd_kernels {
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
+/// Cooperative 128x256 (cluster 2x1) with a leaner epilogue (3 C/x stages): long K.
+gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_coop_128x256x64_c2x1();
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
 }  // namespace residual_rmsnorm_bwd_kernels
 

@@ -1,5 +1,5 @@
 // B2 dispatch (host only, no CUTLASS): the fused dgrad GEMM (dx, a, dgamma column partials), then the dgamma
-// finishing reduce. One compiled config per dtype (pingpong 128x128).
+// finishing reduce. bf16: pingpong 128x128 and cooperative 128x256 (the default at K >= 8192); fp16: pingpong.
 #include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
 
 #include "common/error.hpp"
@@ -16,12 +16,21 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
                                  int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, bool fp16, void* workspace,
                                  size_t workspace_bytes, cudaStream_t stream) {
   namespace kn = residual_rmsnorm_bwd_kernels;
-  auto choice = choose_kernel("coda_linear_residual_rmsnorm_bwd", fp16, kn::dgrad_bf16_pp_128x128x64_c2x1(),
-                              kn::dgrad_fp16_pp_128x128x64_c2x1());
+  auto choice = choose_kernel("coda_linear_residual_rmsnorm_bwd", fp16, kn::dgrad_bf16_coop_128x256x64_c2x1(),
+                              kn::dgrad_bf16_pp_128x128x64_c2x1(), kn::dgrad_fp16_pp_128x128x64_c2x1());
   // Raster along N, swizzle 8 (bench_backward --sweep on the H200, llama3-1B/8B/70B, M = 16384: within 5 % of the
   // best pin at every B2 shape, mostly within 2 %; swizzle 1 was up to 7 % slower (70B LM head) and at most 2 %
   // faster (1B q/k/v); bench/results/backward_sweep_h200_b2tree.jsonl).
-  if (!choice.pinned) choice.knobs = raster_n(8);
+  // Default: bf16 with K >= 8192 (the gate/up dgrad, K = 2F, and the LM head's, K = V) on the cooperative
+  // 128x256 kernel, which moves 1.5x fewer L2-to-SM bytes per FLOP than the pingpong 128x128 and, with its leaner
+  // epilogue, keeps 3 mainloop stages. H200, interleaved with the pingpong-only default
+  // (bench/results/b2_coop_h200/): LM head f+b 0.973x and 0.989x the time; the block f+b 0.986-1.008x at llama3-1B/8B
+  // and 0.996x at 70B (its backward 0.95-0.99x, within the runs' spread). Shorter K (q/k/v) stays pingpong, whose
+  // epilogue hides behind the other warpgroup's MMA.
+  if (!choice.pinned) {
+    if (!fp16 && Nd >= 8192) choice.ops = &kn::dgrad_bf16_coop_128x256x64_c2x1();
+    choice.knobs = raster_n(8);
+  }
   gemm::KernelOps<ResidualRmsnormBwdArgs> const& k = *choice.ops;
   gemm::Knobs const& knobs = choice.knobs;
 
