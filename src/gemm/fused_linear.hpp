@@ -99,13 +99,14 @@ inline int64_t effective_ld(int64_t ld, int64_t rows, int64_t contig, int align)
   return rows > 1 ? ld : (contig + align - 1) / align * align;
 }
 
-/// CollectiveEpilogue of a program: CUTLASS's builder, or (when the program defines EpilogueDispatchPolicy, an
-/// Sm90TmaWarpSpecialized<StagesC, StagesD, ...>) the builder's implementation with that policy.
+/// Whether an epilogue program names its own EpilogueDispatchPolicy.
 template <class Program, class = void>
 struct HasEpilogueDispatchPolicy : std::false_type {};
 template <class Program>
 struct HasEpilogueDispatchPolicy<Program, std::void_t<typename Program::EpilogueDispatchPolicy>> : std::true_type {};
 
+/// CollectiveEpilogue of a program: CUTLASS's builder, or (when the program defines EpilogueDispatchPolicy, an
+/// Sm90TmaWarpSpecialized<StagesC, StagesD, ...>) the builder's implementation with that policy.
 template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
           class LayoutD, int kAlignmentD, bool = HasEpilogueDispatchPolicy<Program>::value>
 struct EpilogueOf {

@@ -1,5 +1,6 @@
-// Helpers shared by the GPU tests of the non-GEMM kernels (test_kernels_*.cpp): strided device tensors, 16-bit
-// row layouts with padding, fast deterministic random data for huge shapes, and acceptance-rule reporting.
+// Helpers shared by the GPU tests of the non-GEMM kernels (test_kernels_*.cpp) and the LM head's: strided device
+// tensors, 16-bit row layouts with padding, fast deterministic random data for huge shapes, acceptance-rule
+// reporting, and weights that make some rows' target logit dominant.
 #pragma once
 
 #include <coda/coda.h>

@@ -142,6 +142,16 @@ void check_b2(B2Data const& d, bool print, std::vector<float>* partials = nullpt
   EXPECT_TRUE(Accepted("B2 " + c.name() + " dgamma", acceptance(dgm, d.unf.dgamma, d.ref.dgamma), print));
 }
 
+/// check_b2 with each compiled config pinned (bf16: cooperative and pingpong; fp16: pingpong) and on the default
+/// path.
+void check_b2_configs(B2Data const& d, bool print) {
+  for (char const* config : coda::test::fused_configs(g_dt)) {
+    SCOPED_TRACE(coda::test::config_name(config));
+    coda::test::PinConfig const pin(config);
+    check_b2(d, print);
+  }
+}
+
 TEST(FusedBackward, LinearResidualRmsnormBwd) {
   CODA_REQUIRE_SM90();
   std::vector<B2Case> const cases = {
@@ -150,26 +160,14 @@ TEST(FusedBackward, LinearResidualRmsnormBwd) {
       {4097, 264, 136, 1.0, false, false},   {1000, 3072, 2048, 1.0, true, true},  // llama3-1B qkv dgrad width
   };
   uint64_t seed = 50;
-  for (B2Case const& c : cases) {
-    B2Data const d = make_b2(c, seed++);
-    for (char const* config : coda::test::fused_configs(g_dt)) {  // bf16: cooperative, pingpong, the default
-      SCOPED_TRACE(coda::test::config_name(config));
-      coda::test::PinConfig const pin(config);
-      check_b2(d, c.M >= 1000);
-    }
-  }
+  for (B2Case const& c : cases) check_b2_configs(make_b2(c, seed++), c.M >= 1000);
 }
 
 // A long-K dgrad (gate/up: K = 2F = 16384 at llama3-1B; the LM head's K = V is longer still): many k-blocks per
-// tile through the pingpong pipeline, ragged M and N.
+// tile through both mainloops (the default takes the cooperative one here), ragged M and N.
 TEST(FusedBackward, LinearResidualRmsnormBwdLongK) {
   CODA_REQUIRE_SM90();
-  B2Data const d = make_b2({264, 16384, 264, 0.5, true, false}, 58);
-  for (char const* config : coda::test::fused_configs(g_dt)) {
-    SCOPED_TRACE(coda::test::config_name(config));
-    coda::test::PinConfig const pin(config);
-    check_b2(d, true);
-  }
+  check_b2_configs(make_b2({264, 16384, 264, 0.5, true, false}, 58), true);
 }
 
 // The ColumnPartials node (src/epilogue/column_partials.hpp) inside B2's GEMM: the raw per-(128-row tile, column)
@@ -212,12 +210,8 @@ TEST(FusedBackward, ColumnPartialsNode) {
 
 TEST(FusedBackwardSanitize, LinearResidualRmsnormBwdSmall) {
   CODA_REQUIRE_SM90();
-  for (char const* config : coda::test::fused_configs(g_dt)) {
-    SCOPED_TRACE(coda::test::config_name(config));
-    coda::test::PinConfig const pin(config);
-    check_b2(make_b2({264, 200, 136, 0.5, true, true}, 60), false);
-    check_b2(make_b2({130, 64, 264, 1.0, false, false}, 61), false);
-  }
+  check_b2_configs(make_b2({264, 200, 136, 0.5, true, true}, 60), false);
+  check_b2_configs(make_b2({130, 64, 264, 1.0, false, false}, 61), false);
 }
 
 TEST(FusedBackwardFp16, LinearResidualRmsnormBwd) {

@@ -108,7 +108,8 @@ struct ResidualRmsnormBwdEpilogue {
     struct EpiDesc {
       using EpilogueTile = typename BuilderDesc::EpilogueTile;
       static constexpr int StagesD = BuilderDesc::StagesD;
-      static constexpr int StagesC = kCoop ? StagesD + 1 : BuilderDesc::StagesC;  // reuse of C's smem needs D + 1
+      // StagesD + 1: the builder's least when D reuses C's smem (B2's C and D are the same element type).
+      static constexpr int StagesC = kCoop ? StagesD + 1 : BuilderDesc::StagesC;
     };
     using EpilogueDispatchPolicy = std::conditional_t<
         kCoop,

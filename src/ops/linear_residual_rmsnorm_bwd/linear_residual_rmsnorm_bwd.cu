@@ -22,11 +22,11 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
   // best pin at every B2 shape, mostly within 2 %; swizzle 1 was up to 7 % slower (70B LM head) and at most 2 %
   // faster (1B q/k/v); bench/results/backward_sweep_h200_b2tree.jsonl).
   // Default: bf16 with K >= 8192 (the gate/up dgrad, K = 2F, and the LM head's, K = V) on the cooperative
-  // 128x256 kernel, which moves 1.5x fewer L2-to-SM bytes per FLOP than the pingpong 128x128 and, with its leaner
-  // epilogue, keeps 3 mainloop stages. H200, interleaved with the pingpong-only default
-  // (bench/results/b2_coop_h200/): LM head f+b 0.973x and 0.989x the time; the block f+b 0.986-1.008x at llama3-1B/8B
-  // and 0.996x at 70B (its backward 0.95-0.99x, within the runs' spread). Shorter K (q/k/v) stays pingpong, whose
-  // epilogue hides behind the other warpgroup's MMA.
+  // 128x256 kernel, which moves 1.5x fewer L2-to-SM bytes per FLOP than the pingpong 128x128 (computed from the
+  // tiles) and, with its leaner epilogue, keeps 3 mainloop stages. H200, interleaved with the pingpong-only default
+  // (bench/results/b2_coop_h200/): LM head f+b 0.973x and 0.989x the time; the block backward 0.95-0.99x in every
+  // run and config, the block f+b 0.986-1.008x at llama3-1B/8B and 0.996x at 70B (within the runs' spread). Shorter
+  // K (q/k/v) stays pingpong, whose epilogue hides behind the other warpgroup's MMA (not measured on its own here).
   if (!choice.pinned) {
     if (!fp16 && Nd >= 8192) choice.ops = &kn::dgrad_bf16_coop_128x256x64_c2x1();
     choice.knobs = raster_n(8);
