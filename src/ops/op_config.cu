@@ -15,22 +15,16 @@ namespace {
 // the pingpong one only). The per-op form of CODA_OP_CONFIG may name only these ops, with or without the "coda_"
 // prefix, so that a misspelt name is an error instead of a pin that silently does nothing. The GPU tests pin every
 // config of every op (tests/gpu/fused_test_util.hpp), so a config missing here fails them.
-constexpr char const* kCoop = "coop_128x256x64_c2x1";
-constexpr char const* kPingpong = "pp_128x128x64_c2x1";
-constexpr char const* kPp64x256 = "pp_64x256x64_c2x1";
-
 struct FusedOp {
   char const* name;
-  bool has_coop;                 ///< compiles coop_128x256x64_c2x1 besides pp_128x128x64_c2x1
-  char const* extra = nullptr;   ///< a further bf16 config that only a per-op pin reaches, or nullptr
+  bool has_coop;  ///< compiles coop_128x256x64_c2x1 besides pp_128x128x64_c2x1
 };
-constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", true},
-                                 {"coda_linear_residual_rmsnorm", true, kPp64x256},
-                                 {"coda_linear_rowscale_swiglu", true, kPp64x256},
-                                 {"coda_linear_rowscale_rope", true},
-                                 {"coda_linear_rowscale_lse", true},
-                                 {"coda_linear_residual_rmsnorm_bwd", true},
+constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", true},          {"coda_linear_residual_rmsnorm", true},
+                                 {"coda_linear_rowscale_swiglu", true},   {"coda_linear_rowscale_rope", true},
+                                 {"coda_linear_rowscale_lse", true},      {"coda_linear_residual_rmsnorm_bwd", true},
                                  {"coda_linear_swiglu_bwd_zdz", false}};
+constexpr char const* kCoop = "coop_128x256x64_c2x1";
+constexpr char const* kPingpong = "pp_128x128x64_c2x1";
 
 constexpr int kFusedOpCount = static_cast<int>(sizeof(kFusedOps) / sizeof(kFusedOps[0]));
 
@@ -53,12 +47,11 @@ void check_pin(std::string const& spec, FusedOp const* op, std::string const& pi
   size_t const colon = pin.find(':');
   std::string const config = pin.substr(0, colon);
   bool const coop_ok = op == nullptr || op->has_coop;
-  char const* const extra = op != nullptr ? op->extra : nullptr;
-  if (config != kPingpong && !(coop_ok && config == kCoop) && !(extra != nullptr && config == extra)) {
+  if (config != kPingpong && !(coop_ok && config == kCoop)) {
     bad_spec(spec, (op != nullptr ? std::string(op->name) + " compiles" : std::string("the fused ops compile")) +
                        " no config '" + config +
                        "' (compiled: " + (coop_ok ? std::string(kCoop) + ", " : std::string()) + kPingpong +
-                       (extra != nullptr ? std::string(", ") + extra : std::string()) + "; fp16: " + kPingpong + ")");
+                       "; fp16: " + kPingpong + ")");
   }
   if (colon != std::string::npos) {
     gemm::Knobs k;

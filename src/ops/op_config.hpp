@@ -52,22 +52,6 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
   return c;
 }
 
-/// The same with a third bf16 kernel that only a pin reaches (a config on trial: it never becomes the default
-/// here; the op's shape rules decide that after measuring).
-template <class Args>
-KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_coop,
-                                 gemm::KernelOps<Args> const& bf16_pp, gemm::KernelOps<Args> const& fp16_pp,
-                                 gemm::KernelOps<Args> const& bf16_pinned_only) {
-  gemm::KernelOps<Args> const* const all[] = {&bf16_coop, &bf16_pinned_only, &bf16_pp, &fp16_pp};
-  gemm::KernelInfo const* const infos[] = {&all[0]->info, &all[1]->info, &all[2]->info, &all[3]->info};
-  int const first = fp16 ? 3 : 0, count = fp16 ? 1 : 3;
-  KernelChoice<Args> c;
-  int const pick = pinned_config(op, infos + first, count, &c.knobs);
-  c.pinned = pick >= 0;
-  c.ops = all[first + (c.pinned ? pick : count - 1)];
-  return c;
-}
-
 /// The same for an op with one compiled config per dtype (bf16 and fp16 pingpong 128x128): CODA_OP_CONFIG may
 /// still pin its scheduler knobs.
 template <class Args>

@@ -750,7 +750,6 @@ TEST(OpRules, OpConfigValidValuesReachTheDeviceStage) {
   coda_tensor y = pool.make(CODA_FP16, {M, N});
   for (char const* v : {"pp_128x128x64_c2x1", "coop_128x256x64_c2x1:raster=m,swizzle=4",
                         "linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8",
-                        "linear_rowscale_swiglu=pp_64x256x64_c2x1;linear_residual_rmsnorm=pp_64x256x64_c2x1:raster=n",
                         ";coda_linear_rowscale=pp_128x128x64_c2x1;"
                         "linear_swiglu_bwd_zdz=pp_128x128x64_c2x1:raster=n;"}) {
     SCOPED_TRACE(v);
@@ -775,9 +774,6 @@ TEST(OpRules, OpConfigBadValuesAreRefusedWhicheverOpRuns) {
                       Bad{"linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=q", "raster"},
                       Bad{"linear_swiglu_bwd_zdz=coop_128x256x64_c2x1",
                           "coda_linear_swiglu_bwd_zdz compiles no config 'coop_128x256x64_c2x1'"},
-                      Bad{"pp_64x256x64_c2x1", "the fused ops compile no config 'pp_64x256x64_c2x1'"},
-                      Bad{"linear_rowscale_rope=pp_64x256x64_c2x1",
-                          "coda_linear_rowscale_rope compiles no config 'pp_64x256x64_c2x1'"},
                       Bad{"linear_rowscal=pp_128x128x64_c2x1", "is not a fused op"},
                       Bad{"linear_rowscale_rope=pp_128x128x64_c2x1;coda_linear_rowscale_rope=pp_128x128x64_c2x1",
                           "named twice"},

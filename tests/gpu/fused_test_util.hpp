@@ -24,17 +24,6 @@ inline std::vector<char const*> fused_configs(coda_dtype dtype) {
   return {std::begin(kFusedConfigs), std::end(kFusedConfigs)};
 }
 
-/// fused_configs plus, for bf16, per-op pins of the configs only that op compiles (src/ops/op_config.cu's `extra`):
-/// F1 and F3 compile pingpong 64x256 on trial.
-inline std::vector<char const*> fused_configs_of(coda_dtype dtype, char const* op) {
-  std::vector<char const*> configs = fused_configs(dtype);
-  if (dtype != CODA_FP16) {
-    if (std::string(op) == "linear_residual_rmsnorm") configs.push_back("linear_residual_rmsnorm=pp_64x256x64_c2x1");
-    if (std::string(op) == "linear_rowscale_swiglu") configs.push_back("linear_rowscale_swiglu=pp_64x256x64_c2x1");
-  }
-  return configs;
-}
-
 /// Switches a test file's dtype variable to fp16 for the object's lifetime; restores bf16 after.
 class UseFp16 {
  public:

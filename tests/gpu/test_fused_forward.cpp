@@ -204,9 +204,7 @@ void check_residual(ResidualData const& d, char const* config, bool in_place, bo
 void residual_shapes(std::vector<Shape> const& shapes) {
   for (Shape const& s : shapes) {
     ResidualData const d = make_residual(s, static_cast<uint64_t>(s.M * 7919 + s.N * 13 + s.K));
-    for (char const* config : coda::test::fused_configs_of(g_dt, "linear_residual_rmsnorm")) {
-      check_residual(d, config, false, s.M >= 1000);
-    }
+    for (char const* config : coda::test::fused_configs(g_dt)) check_residual(d, config, false, s.M >= 1000);
   }
 }
 
@@ -260,9 +258,7 @@ TEST(FusedForward, LinearResidualRmsnormInPlace) {
   CODA_REQUIRE_SM90();
   for (Shape s : {Shape{7, 264, 264}, Shape{1000, 2048, 264}, Shape{4097, 264, 2048}}) {
     ResidualData const d = make_residual(s, static_cast<uint64_t>(s.M + s.N + s.K));
-    for (char const* config : coda::test::fused_configs_of(g_dt, "linear_residual_rmsnorm")) {
-      check_residual(d, config, true, false);
-    }
+    for (char const* config : coda::test::fused_configs(g_dt)) check_residual(d, config, true, false);
   }
 }
 
@@ -355,7 +351,7 @@ TEST(FusedForwardSanitize, LinearRowscaleSmall) {
 TEST(FusedForwardSanitize, LinearResidualRmsnormSmall) {
   CODA_REQUIRE_SM90();
   ResidualData const d = make_residual({264, 136, 200}, 12);
-  for (char const* config : coda::test::fused_configs_of(g_dt, "linear_residual_rmsnorm")) {
+  for (char const* config : coda::test::fused_configs(g_dt)) {
     check_residual(d, config, false, false);
     check_residual(d, config, true, false);
   }

@@ -138,9 +138,7 @@ void check_swiglu(SwigluData const& d, char const* config, bool print, bool node
 void swiglu_shapes(std::vector<Shape> const& shapes) {
   for (Shape const& s : shapes) {
     SwigluData const d = make_swiglu(s, static_cast<uint64_t>(s.M * 1013 + s.N * 37 + s.K));
-    for (char const* config : coda::test::fused_configs_of(g_dt, "linear_rowscale_swiglu")) {
-      check_swiglu(d, config, s.M >= 1000, config == nullptr);
-    }
+    for (char const* config : coda::test::fused_configs(g_dt)) check_swiglu(d, config, s.M >= 1000, config == nullptr);
   }
 }
 
@@ -360,9 +358,7 @@ TEST(FusedForward, SwigluRopeEmptyM) {
 TEST(FusedSwigluRopeSanitize, SwigluSmall) {
   CODA_REQUIRE_SM90();
   SwigluData const d = make_swiglu({264, 272, 200}, 21);
-  for (char const* config : coda::test::fused_configs_of(g_dt, "linear_rowscale_swiglu")) {
-    check_swiglu(d, config, false, true);
-  }
+  for (char const* config : coda::test::fused_configs(g_dt)) check_swiglu(d, config, false, true);
 }
 
 TEST(FusedSwigluRopeSanitize, RopeSmall) {

@@ -23,8 +23,7 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
                              size_t workspace_bytes, bool fp16, cudaStream_t stream) {
   namespace kn = residual_rmsnorm_kernels;
   auto choice = choose_kernel("coda_linear_residual_rmsnorm", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
-                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1(),
-                              kn::fwd_bf16_pp_64x256x64_c2x1());
+                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
   // Pingpong 128x128 (one warpgroup's epilogue, with its C load, two stores and row reduction, overlaps the
   // other's MMA) with raster along N: best or within 3 % of the best config x knobs at every LLaMA shape of the
   // sweep (bench/results/fused_h200_*); the long-K down-projection keeps the default raster (measured better).
