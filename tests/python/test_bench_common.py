@@ -215,3 +215,21 @@ def test_bench_lm_head_refuses_a_chunk_label_taken_by_a_variant():
                         "--coda-env", "chunk16=CODA_GEMM_CONFIG=cublas"], capture_output=True, text=True,
                        cwd=script.parent, timeout=120)
     assert r.returncode == 2 and "also a --coda-variant/--coda-env label" in r.stderr, r.stderr[-500:]
+
+
+def test_lm_head_dw_rounding_fp32_sum_matches_unfused_and_bf16_sum_grows_with_chunks():
+    """bench/python/lm_head_dw_rounding.py (the LM-head memory analysis, bench/results/lm_head_memory): the fp32
+    running sum of dW over token chunks has the unfused pipeline's error exactly (ratio 1.00), and the bf16 running
+    sum's error grows with the chunk count; a small case so it runs in a second on the CPU."""
+    import re
+    import subprocess
+    script = Path(__file__).resolve().parents[2] / "bench" / "python" / "lm_head_dw_rounding.py"
+    r = subprocess.run([sys.executable, str(script), "--tokens", "2048", "--vocab", "256", "--hidden", "64",
+                        "--chunks", "2,32"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-500:]
+    rows = [ln for ln in r.stdout.splitlines() if re.match(r"\| (2|32) \|", ln)]
+    assert len(rows) == 2, r.stdout
+    fp32 = [float(ln.split("|")[4]) for ln in rows]
+    bf16 = [float(ln.split("|")[6]) for ln in rows]
+    assert fp32 == [1.0, 1.0], r.stdout
+    assert bf16[1] > bf16[0] > 1.0 and bf16[1] > 2.0, r.stdout
