@@ -36,6 +36,9 @@ def main():
     unfused = (dl.float().t() @ h.float()).bfloat16()
     e_unf = (unfused.double() - ref).abs().max().item()
     bound = 2 * e_unf + 1e-6
+
+    def verdict(e):
+        return "pass" if e <= bound else "FAIL"
     print(f"tokens {M}, V {V}, d {d}: unfused (one GEMM, fp32 accumulate, one rounding) max err {e_unf:.3e}, "
           f"bound {bound:.3e}")
     print("| chunks | rows per chunk | fp32 running sum, rounded once | ratio | bf16 running sum (rounded per chunk) | ratio |")
@@ -50,7 +53,6 @@ def main():
             acc16 = (acc16.float() + part).bfloat16()
         e32 = (acc32.bfloat16().double() - ref).abs().max().item()
         e16 = (acc16.double() - ref).abs().max().item()
-        verdict = lambda e: "pass" if e <= bound else "FAIL"
         print(f"| {n} | {rows} | {e32:.3e} ({verdict(e32)}) | {e32 / e_unf:.2f} | {e16:.3e} ({verdict(e16)}) | "
               f"{e16 / e_unf:.2f} |")
 

@@ -20,7 +20,7 @@ linear_swiglu_bwd_zdz: the down projection's dgrad with the SwiGLU backward); pl
 (coda_gemm at the gate/up and down shapes) and wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv (the block's weight
 gradients, dW = dz^T a with K = tokens), pinned through CODA_GEMM_CONFIG; `default` is coda_gemm's autotuned pick.
 Default pins: `default` and every config the op has compiled in bf16 (forward ops: cooperative 128x256 and
-pingpong 128x128; backward ops: pingpong only; plain forward: the six configs of docs/GEMM.md; wgrad: stream-K,
+pingpong 128x128, B2 too; B3: pingpong only; plain forward: the six configs of docs/GEMM.md; wgrad: stream-K,
 cooperative and pingpong) x raster n/m x swizzle 1/2/4/8. (Stop 17's run 4 also timed a pingpong 128x128 with a
 2x2 cluster, built for that run only: bench/results/sweep_ops_h200/.)
 

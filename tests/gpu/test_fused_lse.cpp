@@ -61,6 +61,7 @@ struct LseData {
   Targets targets;
   Lse ref, unf;  // ref.logits / unf.logits: raw logits; capped dropped (memory on the 128k-vocab case)
   Matrix capped;  // float64 reference of the node's input (kept only when asked for)
+  int64_t confident_rows = 0;  // rows make_confident_rows made dominant (confident_logit > 0)
 };
 
 /// Reference and unfused F5 over row chunks on several threads (rows are independent; the float64 GEMM is the
@@ -123,7 +124,8 @@ LseData make_lse(LseCase const& c, uint64_t seed, bool keep_capped = false, doub
   if (c.M > 0 && c.ignore_fraction < 1.0) d.targets[0] = 0;
   if (c.M > 1 && c.ignore_fraction < 1.0) d.targets[1] = c.V - 1;
   if (confident_logit > 0) {
-    coda::test::make_confident_rows(d.w, d.h, d.rstd, d.targets, 2, 4, confident_logit, g_dt);
+    d.confident_rows = static_cast<int64_t>(
+        coda::test::make_confident_rows(d.w, d.h, d.rstd, d.targets, 2, 4, confident_logit, g_dt).size());
     d.w_bits = to_bits(d.w, g_dt);
   }
   compute_refs(d, keep_capped);
@@ -380,7 +382,9 @@ TEST(FusedLse, ConfidentRows) {
   CODA_REQUIRE_SM90();
   for (double cap : {0.0, 30.0}) {
     LseCase const c{300, 1000, 256, cap, -100, 0.05, true};
-    check_all(make_lse(c, 4100 + static_cast<uint64_t>(cap), false, 25.0), false);
+    LseData const d = make_lse(c, 4100 + static_cast<uint64_t>(cap), false, 25.0);
+    ASSERT_GE(d.confident_rows, c.M / 8) << "too few confident rows to test";
+    check_all(d, false);
   }
 }
 
