@@ -70,13 +70,18 @@ def _ce(l64, targets, grad_loss, ignore_index, reduction, label_smoothing, z_los
     """Cross-entropy on float64 logits. -> (loss, dl float64 or None, lse)."""
     M, V = l64.shape
     lc = softcap * torch.tanh(l64 / softcap) if softcap > 0 else l64
-    lse = torch.logsumexp(lc, dim=-1) if V > 0 else l64.new_zeros(M)
+    # lse = mx + lse_rel, and the loss uses lse_rel + (mx - l): with a logit of 1e20, mx + log 2 would round to mx.
+    mx = lc.amax(-1) if V > 0 else l64.new_zeros(M)
+    mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
+    lse_rel = torch.logsumexp(lc - mx[:, None], dim=-1) if V > 0 else l64.new_zeros(M)
+    lse = mx + lse_rel
     t = targets.to(torch.int64)
     ignored = t == ignore_index
     bad = ~ignored & ((t < 0) | (t >= V))
     safe_t = torch.where(ignored | bad, torch.zeros_like(t), t)
     lt = lc.gather(1, safe_t[:, None])[:, 0]
-    per_row = ((1 - label_smoothing) * (lse - lt) + label_smoothing * (lse - lc.mean(-1)) + z_loss * lse.square())
+    per_row = ((1 - label_smoothing) * (lse_rel + (mx - lt)) + label_smoothing * (lse_rel + (mx - lc.mean(-1)))
+               + z_loss * lse.square())
     per_row = torch.where(ignored, torch.zeros_like(per_row), per_row)
     per_row = torch.where(bad, torch.full_like(per_row, float("nan")), per_row)
     n_valid = int((~ignored).sum())

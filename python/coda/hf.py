@@ -73,6 +73,9 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     past = kwargs.pop("past_key_values", None)
+    keep_old = kwargs.pop("num_logits_to_keep", None)  # transformers < 4.50's name of logits_to_keep
+    if keep_old is not None and (not isinstance(logits_to_keep, int) or logits_to_keep == 0):
+        logits_to_keep = keep_old
     wants_hf = (cache is not None or past is not None or use_cache is True or kwargs.get("output_attentions")
                 or kwargs.get("output_hidden_states") or (attention_mask is not None and attention_mask.dim() != 2))
     if wants_hf:

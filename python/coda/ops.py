@@ -35,7 +35,10 @@ def _rows(t, features=None):
     return t.reshape(-1, f)
 
 
-def _norm_cache(op, x2d, gamma, eps, cache):
+def _norm_cache(op, x, x2d, gamma, eps, cache):
+    """The (h [tokens, d], rstd [tokens]) of x2d = x flattened to rows: the caller's cache or a fresh one. The cache
+    may have x's shape (h [..., d], rstd [...], as the ops return it, also for a slice x[:, -1:] of a cached x) or
+    the flat one (h [tokens, d], rstd [tokens] or [tokens, 1])."""
     if cache is None:
         return lib.rmsnorm_prepare(x2d, gamma, eps)
     if not (isinstance(cache, (tuple, list)) and len(cache) == 2):
@@ -44,14 +47,17 @@ def _norm_cache(op, x2d, gamma, eps, cache):
     check.tensor(op, "cache[0] (h)", h, dtype=x2d.dtype)
     check.tensor(op, "cache[1] (rstd)", rstd, dtype=(torch.float32, torch.float64))
     check.same_device(op, x=x2d, **{"cache[0] (h)": h, "cache[1] (rstd)": rstd})
-    h = _rows(h, x2d.shape[-1]) if h.shape[-1] == x2d.shape[-1] else h
-    if h.shape != x2d.shape or rstd.numel() != x2d.shape[0] or (rstd.dim() > 1 and rstd.shape[-1] == 1):
-        raise ValueError(f"coda.{op}: `cache` must be (h, rstd) of x: h {tuple(x2d.shape)} and rstd with one value per "
-                         f"token ({x2d.shape[0]}), got h {tuple(h.shape)}, rstd {tuple(rstd.shape)}")
+    M, d = x2d.shape
+    lead = tuple(x.shape[:-1])
+    h_ok = tuple(h.shape) in (tuple(x.shape), (M, d))
+    rstd_ok = tuple(rstd.shape) in (lead, (M,), (M, 1))
+    if not (h_ok and rstd_ok):
+        raise ValueError(f"coda.{op}: `cache` must be (h, rstd) of x {tuple(x.shape)}: h {tuple(x.shape)} (or "
+                         f"{(M, d)}) and rstd {lead} (or {(M,)}), got h {tuple(h.shape)}, rstd {tuple(rstd.shape)}")
     if h.requires_grad or rstd.requires_grad:
         raise ValueError(f"coda.{op}: `cache` tensors must not require grad: they are a forward-only shortcut of "
                          "(x, gamma), whose gradients the op computes")
-    return h, rstd.reshape(-1)
+    return h.reshape(M, d), rstd.reshape(M)
 
 
 def _norm_args(op, x, gamma, w, eps):
@@ -113,13 +119,21 @@ def rms_norm_linear(x, gamma, w, eps=1e-6, *, cache=None):
     """F2: y = rmsnorm(x) w^T = diag(rstd) (x * gamma) w^T, the normalisation applied as a row scale in the GEMM
     epilogue. Backward: one fused dgrad (B2) gives dx and dgamma; dW = dy^T a.
 
-    x [..., d]; gamma [d]; w [n, d]; one dtype. Returns y [..., n].
+    x [..., d]; gamma [d]; w [n, d]; one dtype. Returns y [..., n]. Any n: on CUDA, n that is not a multiple of 8
+    runs on a zero-padded copy of w (one weight-sized copy per call) and y is a view of the first n columns.
     """
     op = "rms_norm_linear"
     _norm_args(op, x, gamma, w, eps)
     x2 = _rows(x)
-    h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
-    return lib.rms_norm_linear(x2, gamma, w, h, rstd).reshape(*x.shape[:-1], w.shape[0])
+    h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
+    n = w.shape[0]
+    if x.is_cuda and n % 8:
+        # The kernel stores y with TMA (rows of a multiple of 8 elements): run on w with zero rows up to the next
+        # multiple of 8 and return the first n columns (a view). Autograd slices the padded rows' gradient away.
+        y = lib.rms_norm_linear(x2, gamma, torch.nn.functional.pad(w, (0, 0, 0, -n % 8)), h, rstd)[:, :n]
+    else:
+        y = lib.rms_norm_linear(x2, gamma, w, h, rstd)
+    return y.reshape(*x.shape[:-1], n)
 
 
 def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *,
@@ -145,7 +159,7 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
         raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x.shape[:-1])} (one per token), got "
                          f"{tuple(positions.shape)}")
     x2 = _rows(x)
-    h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
+    h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
     pos = positions.reshape(-1).to(torch.int32)
     inv = inv_freq.to(torch.float32) if x.is_cuda else inv_freq
     qkv = lib.rms_norm_qkv_rope(x2, gamma, w_qkv, h, rstd, pos, inv, int(n_q_heads), int(n_kv_heads),
@@ -174,7 +188,7 @@ def swiglu_mlp(x, gamma, w_gu, w_down, eps=1e-6, *, cache=None, next_gamma=None)
         next_gamma = torch.ones_like(gamma)
     check.size(op, "next_gamma", next_gamma, 0, x.shape[-1], "x's last dimension")
     x2 = _rows(x)
-    h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
+    h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
     x_out, h_next, rstd_next, _ = lib.swiglu_mlp(x2, gamma, w_gu, w_down, h, rstd, next_gamma, float(eps))
     return x_out.reshape(x.shape), (h_next.reshape(x.shape), rstd_next.reshape(x.shape[:-1]))
 
@@ -269,7 +283,7 @@ def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_i
     backward): l = rmsnorm(x; gamma) w^T, optionally softcapped, loss as torch.nn.functional.cross_entropy(l, targets,
     ignore_index, reduction, label_smoothing) plus z_loss * lse^2 per row.
 
-    x [..., d]; gamma [d]; w [V, d] (V % 8 == 0 on CUDA); targets [...] int64/int32 (ignore_index rows give 0 loss
+    x [..., d]; gamma [d]; w [V, d] (any V); targets [...] int64/int32 (ignore_index rows give 0 loss
     and 0 gradient; mean averages over the other rows, and is 0 when every row is ignored, where torch gives NaN; a
     target outside [0, V) that is not ignore_index makes the loss NaN instead of raising, since raising would need a
     host synchronisation). Returns the loss: fp32 [] for mean/sum, [...] for none.
@@ -288,11 +302,8 @@ def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_i
     if chunk_rows < 0:
         raise ValueError(f"coda.{op}: `chunk_rows` must be >= 0 (0: default), got {chunk_rows}")
     opts = _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap)
-    if x.is_cuda and w.shape[0] % 8 and torch.is_grad_enabled() and any(t.requires_grad for t in (x, gamma, w)):
-        raise ValueError(f"coda.{op}: `w` must have a multiple of 8 rows (V = {w.shape[0]}) for the backward on CUDA "
-                         "(the chunked backward loads the logits' gradient with TMA); pad the vocabulary")
     x2 = _rows(x)
-    h, rstd = _norm_cache(op, x2, gamma, float(eps), cache)
+    h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
     if reduction != "none" and torch.is_grad_enabled() and any(t.requires_grad for t in (x, gamma, w)):
         # Training: loss and gradients in one pass (the gradients are scaled by the upstream gradient later).
         loss = lib.linear_cross_entropy_train(x2, gamma, w, h, rstd, targets.reshape(-1), *opts, int(chunk_rows))[0]

@@ -274,8 +274,7 @@ CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_te
     api::require_tensor(LG);
     api::require_rank(LG, 2);
     api::require_dtype(LG, {CODA_BF16, CODA_FP16});
-    api::require_row_major(LG);
-    api::require_tma_aligned(LG, true);
+    api::require_row_major(LG);  // any V and row stride: rows that are not 16-byte vectors take the scalar path
     int64_t const M = LG.size(0), V = LG.size(1);
     if (V == 0) fail(CODA_ERROR_SHAPE, "logits: V (sizes[1]) must be > 0");
     api::check_vector(T, M, {CODA_INT32, CODA_INT64}, "M", "logits.sizes[0]");
@@ -284,7 +283,12 @@ CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_te
     api::check_grad_loss(GL, M, per_row, "logits.sizes[0] (reduction none)");
     api::check_loss_out(L, M, per_row, "logits.sizes[0] (reduction none)");
     if (dlogits_out != nullptr) {
-      api::check_activation(D, LG, M, V, "M", "V");
+      api::require_tensor(D);
+      api::require_rank(D, 2);
+      api::require_same_dtype(D, LG);
+      api::require_size(D, 0, M, "M", "logits.sizes[0]");
+      api::require_size(D, 1, V, "V", "logits.sizes[1]");
+      api::require_row_major(D);
       api::require_same_or_disjoint(D, LG);  // in place over the logits is allowed
     }
     if (zdz_out != nullptr) {

@@ -31,6 +31,12 @@ namespace {
 
 constexpr int64_t kDefaultChunkRows = 2048;  // dlogits chunk at V = 128256: 0.5 GiB bf16; the GEMMs stay large
 
+// Any V: the GEMMs' TMA operands need V % 8 == 0 where V is a contiguous extent (the logits' row, the dgrad's K,
+// dW's M in dlogits^T). Otherwise the chunk runs on Vp = V rounded up to 8: a copy of w with Vp - V zero rows gives
+// logits that are exactly 0 in the pad columns, F6 reads and writes only the V real ones (so the pad columns stay 0
+// and add nothing to the dgrad), and dW's last V % 8 rows come from an 8-row GEMM into a small fp32 tail.
+int64_t padded_vocab(int64_t V) { return (V + 7) / 8 * 8; }
+
 int64_t chunk_of(int64_t M, int64_t chunk_rows) {
   int64_t const c = chunk_rows == 0 ? kDefaultChunkRows : chunk_rows;
   return std::max<int64_t>(1, std::min(c, M));
@@ -38,7 +44,9 @@ int64_t chunk_of(int64_t M, int64_t chunk_rows) {
 
 struct Plan {
   float* g = nullptr;        // [1] mean's gradient scale
-  void* logits = nullptr;    // [C, V] logits, then dlogits
+  void* logits = nullptr;    // [C, Vp] logits, then dlogits
+  void* w_pad = nullptr;     // [Vp, d] w with zero rows, only when V % 8 != 0
+  float* dw_tail = nullptr;  // [8, d] dW rows [V8, V8 + 8) (those >= V are discarded), only when V % 8 != 0
   void* a = nullptr;         // [C, d]
   float* zdz = nullptr;      // [C]
   float* loss_rows = nullptr;  // [M] per-row losses (reduced into loss_out for mean/sum)
@@ -56,14 +64,19 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   api::Carver carve(workspace);
   auto take = [&](size_t bytes) { return carve.take(bytes); };
   p.g = static_cast<float*>(take(sizeof(float)));
-  p.logits = take(static_cast<size_t>(C * V) * 2);
+  int64_t const Vp = padded_vocab(V);
+  p.logits = take(static_cast<size_t>(C * Vp) * 2);
+  if (Vp != V) {
+    p.w_pad = take(static_cast<size_t>(Vp * d) * 2);
+    p.dw_tail = static_cast<float*>(take(static_cast<size_t>(8 * d) * 4));
+  }
   p.a = take(static_cast<size_t>(C * d) * 2);
   p.zdz = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.loss_rows = static_cast<float*>(take(static_cast<size_t>(M) * 4));
   p.count = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
   p.dgamma = static_cast<float*>(take(static_cast<size_t>(chunks * d) * 4));
-  p.op_ws_bytes = std::max({coda_linear_rowscale_workspace_size(C, V), coda_cross_entropy_workspace_size(C, V),
-                            coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(V, d, C)});
+  p.op_ws_bytes = std::max({coda_linear_rowscale_workspace_size(C, Vp), coda_cross_entropy_workspace_size(C, V),
+                            coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(Vp, d, C)});
   p.op_ws = take(p.op_ws_bytes);
   p.total = carve.used();
   return p;
@@ -92,11 +105,7 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
     Arg const DG{dgamma_out, "dgamma_out"}, L{loss_out, "loss_out"};
     coda_ce_options const o = options != nullptr ? *options : coda_ce_options_default();
     api::LinearShape const s = api::check_linear(Hh, W);  // M, N = V, K = d
-    int64_t const M = s.M, V = s.N, d = s.K;
-    if (V % 8 != 0) {
-      fail(CODA_ERROR_SHAPE, "w: sizes[0] (V) must be a multiple of 8 for the backward (dlogits rows are the "
-           "dgrad's TMA-loaded K dimension), got ", V);
-    }
+    int64_t const M = s.M, V = s.N, d = s.K, Vp = padded_vocab(V), V8 = V / 8 * 8;
     api::check_vector(S, M, {CODA_FP32}, "M", "h.sizes[0]");
     api::check_activation(X, Hh, M, d, "M = h.sizes[0]", "d = h.sizes[1]");
     api::check_vector(G, d, {Hh.dtype()}, "d", "h.sizes[1]");
@@ -136,6 +145,17 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
     coda_dtype const dt = Hh.dtype();
     bool const targets64 = T.dtype() == CODA_INT64;
     int64_t const C = chunk_of(M, chunk_rows), chunks = (M + C - 1) / C;
+    size_t const es = coda_dtype_size(dt);
+    coda_tensor w_use = *w;  // [Vp, d]: w itself, or its zero-padded copy
+    if (Vp != V) {
+      CODA_CUDA_CHECK(cudaMemcpy2DAsync(p.w_pad, static_cast<size_t>(d) * es, w->data,
+                                        static_cast<size_t>(V > 1 ? W.stride(0) : d) * es,
+                                        static_cast<size_t>(d) * es, static_cast<size_t>(V),
+                                        cudaMemcpyDeviceToDevice, st));
+      CODA_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(p.w_pad) + static_cast<size_t>(V * d) * es, 0,
+                                      static_cast<size_t>((Vp - V) * d) * es, st));
+      w_use = view2d(p.w_pad, dt, Vp, d, d, device);
+    }
 
     // The gradient each row's loss receives: mean -> one scale over all rows (then "sum" per chunk); sum -> the
     // caller's scalar; none -> the caller's per-row vector, chunk by chunk.
@@ -152,7 +172,7 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       int64_t const r0 = c * C, rows = std::min(C, M - r0);
       coda_tensor const h_c = rows_of(*h, r0, rows), x_c = rows_of(*x, r0, rows);
       coda_tensor const rstd_c = rows_of(*rstd, r0, rows), t_c = rows_of(*targets, r0, rows);
-      coda_tensor logits = view2d(p.logits, dt, rows, V, V, device);
+      coda_tensor logits = view2d(p.logits, dt, rows, Vp, Vp, device);
       coda_tensor a = view2d(p.a, dt, rows, d, d, device);
       coda_tensor zdz = view1d(p.zdz, CODA_FP32, rows, device);
       coda_tensor dgamma_c = view1d(p.dgamma + c * d, CODA_FP32, d, device);
@@ -160,11 +180,11 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       coda_tensor dx_in_c{};
       if (dx_in != nullptr) dx_in_c = rows_of(*dx_in, r0, rows);
 
-      step(coda_linear_rowscale(&h_c, w, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream), "F2 (logits)");
+      step(coda_linear_rowscale(&h_c, &w_use, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream), "F2 (logits)");
       coda::kernels::CrossEntropyArgs ce;
       ce.dtype = dt;
       ce.M = rows, ce.V = V;
-      ce.logits = p.logits, ce.ld_logits = V;
+      ce.logits = p.logits, ce.ld_logits = Vp;
       ce.targets = t_c.data, ce.targets_int64 = targets64;
       ce.options = o;
       ce.options.reduction = CODA_REDUCTION_NONE;
@@ -172,16 +192,33 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       ce.grad_loss_scalar = !per_row;
       ce.hidden_size = d;
       ce.loss = loss_rows + r0;
-      ce.dlogits = p.logits, ce.ld_dlogits = V;
+      ce.dlogits = p.logits, ce.ld_dlogits = Vp;
       ce.zdz = p.zdz;
       ce.workspace = p.op_ws;
       coda::kernels::cross_entropy(ce, st);  // F6: per-row loss, dlogits in place, zdz
-      step(coda_linear_residual_rmsnorm_bwd(&logits, w, &x_c, gamma, &rstd_c, &zdz, dx_in != nullptr ? &dx_in_c : nullptr,
+      step(coda_linear_residual_rmsnorm_bwd(&logits, &w_use, &x_c, gamma, &rstd_c, &zdz, dx_in != nullptr ? &dx_in_c : nullptr,
                                             1.0f, &dx_c, &a, &dgamma_c, p.op_ws, p.op_ws_bytes, stream),
            "B2 (dgrad + final RMSNorm backward)");
-      coda_tensor const dl_t = transposed(logits), a_t = transposed(a);
-      step(coda_gemm(&dl_t, &a_t, dw_out, 1.0f, c > 0 ? 1 : 0, p.op_ws, p.op_ws_bytes, stream),
-           "dW += dlogits^T a");
+      coda_tensor const a_t = transposed(a);
+      if (V8 > 0) {
+        coda_tensor const dl_t = transposed(view2d(p.logits, dt, rows, V8, Vp, device));
+        coda_tensor dw_main = rows_of(*dw_out, 0, V8);
+        step(coda_gemm(&dl_t, &a_t, &dw_main, 1.0f, c > 0 ? 1 : 0, p.op_ws, p.op_ws_bytes, stream),
+             "dW += dlogits^T a");
+      }
+      if (Vp != V) {
+        coda_tensor const tail_t = transposed(view2d(static_cast<char*>(p.logits) + V8 * es, dt, rows, 8, Vp, device));
+        coda_tensor tail = view2d(p.dw_tail, CODA_FP32, 8, d, d, device);
+        step(coda_gemm(&tail_t, &a_t, &tail, 1.0f, c > 0 ? 1 : 0, p.op_ws, p.op_ws_bytes, stream),
+             "dW tail += dlogits^T a");
+      }
+    }
+    if (Vp != V) {
+      int64_t const ldw = V > 1 ? DW.stride(0) : d;
+      CODA_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dw_out->data) + V8 * ldw * 4, static_cast<size_t>(ldw) * 4,
+                                        p.dw_tail, static_cast<size_t>(d) * 4,
+                                        static_cast<size_t>(d) * 4, static_cast<size_t>(V - V8),
+                                        cudaMemcpyDeviceToDevice, st));
     }
     coda::kernels::column_sum(p.dgamma, chunks, d, d, static_cast<float*>(dgamma_out->data), st);
     if (loss_out != nullptr && !per_row) {

@@ -35,12 +35,10 @@ constexpr int kRowMinBlocks = 2;  // 2 blocks of 512 per SM (<= 64 registers): m
 constexpr int kRowUnroll = 4;     // 16-byte loads in flight per thread, pass 1
 constexpr int kRowUnroll2 = 2;    // pass 2 (more live registers per vector; 4 would spill at 64 registers)
 
-// log2(e) as a float pair (hi + lo = log2(e) to ~1e-15): exp(x - m) is evaluated as exp2(x log2e - m2) with
-// x log2e = fma(x, hi, x lo), so the only error left is exp2f's (2 ulp), cheaper than expf's range reduction.
+// log2(e) as a float pair (hi + lo = log2(e) to ~1e-15): exp(d) is evaluated as exp2(d log2e) with
+// d log2e = fma(d, hi, d lo), so the only error left is exp2f's (2 ulp), cheaper than expf's range reduction.
 constexpr float kLog2eHi = 1.44269502162933349609375f;
 constexpr float kLog2eLo = 1.925963033500011079e-08f;
-constexpr double kLn2 = 0.69314718055994530942;
-constexpr double kLog2e = 1.44269504088896340736;
 constexpr int kReduceThreads = 1024;
 
 size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -71,28 +69,30 @@ __device__ __forceinline__ int64_t load_target(void const* targets, bool is64, i
 
 // ---- online log-sum-exp state ---------------------------------------------------------------------------------------
 
-// The values seen so far: sum exp(v) = se * 2^m2 (m2: a base in log2 units, the running max times log2(e));
-// `sum` is their plain sum (for label smoothing). Empty: (-inf, 0, 0).
+// The values seen so far: sum exp(v) = se * e^m (m: the running max); `sum` is their plain sum (for label
+// smoothing). Empty: (-inf, 0, 0).
 struct LseSum {
-  float m2, se, sum;
+  float m, se, sum;
 };
 
-/// x log2(e) - m2, with x log2(e) carried to ~1e-15 relative inside the fmas.
-__device__ __forceinline__ float log2_shift(float x, float m2) { return fmaf(x, kLog2eHi, fmaf(x, kLog2eLo, -m2)); }
+/// exp(d) for d = x - m <= 0. The difference is taken before any scaling: it is exact for the max itself (and for
+/// any bf16/fp16 logit near it), so a logit of any finite size (1e20) gives exp(0) = 1 where x log2e - m log2e,
+/// each rounded at 1e20's ulp (~1e13), would overflow exp2.
+__device__ __forceinline__ float exp_of(float d) { return exp2f(fmaf(d, kLog2eHi, d * kLog2eLo)); }
 
 // Symmetric in (a, b) bit for bit (products rounded separately, then one commutative add), so the xor butterfly
 // leaves the same state in every lane.
 __device__ __forceinline__ LseSum lse_merge(LseSum a, LseSum b) {
-  float const m2 = fmaxf(a.m2, b.m2);
+  float const m = fmaxf(a.m, b.m);
   float se = 0.0f;
-  if (m2 != -INFINITY) se = __fadd_rn(__fmul_rn(a.se, exp2f(a.m2 - m2)), __fmul_rn(b.se, exp2f(b.m2 - m2)));
-  return {m2, se, __fadd_rn(a.sum, b.sum)};
+  if (m != -INFINITY) se = __fadd_rn(__fmul_rn(a.se, exp_of(a.m - m)), __fmul_rn(b.se, exp_of(b.m - m)));
+  return {m, se, __fadd_rn(a.sum, b.sum)};
 }
 
 __device__ __forceinline__ LseSum warp_lse(LseSum s) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    LseSum const other{__shfl_xor_sync(detail::kFullMask, s.m2, o), __shfl_xor_sync(detail::kFullMask, s.se, o),
+    LseSum const other{__shfl_xor_sync(detail::kFullMask, s.m, o), __shfl_xor_sync(detail::kFullMask, s.se, o),
                        __shfl_xor_sync(detail::kFullMask, s.sum, o)};
     s = lse_merge(s, other);
   }
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
   using IO = RowIO<T, E>;
   __shared__ LseSum lse_scratch[32];
   __shared__ float sum_scratch[32];
-  __shared__ float coef[4];  // lse log2(e), a = g (1 + 2 z lse), b = g ls / V, gt = g (1 - ls)
+  __shared__ float coef[5];  // max, a = g (1 + 2 z lse), b = g ls / V, gt = g (1 - ls), lse - max
 
   int64_t const items = p.V / E;
   int64_t const step = static_cast<int64_t>(kRowUnroll) * blockDim.x;
@@ -211,13 +211,13 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
             cmax = fmaxf(cmax, c[i]);
             csum += c[i];
           }
-          float const m2 = fmaxf(st.m2, cmax * kLog2eHi);  // rounding is monotonic: still >= every x log2e
-          if (m2 != -INFINITY) {
+          float const m = fmaxf(st.m, cmax);
+          if (m != -INFINITY) {
             float acc = 0.0f;
 #pragma unroll
-            for (int i = 0; i < E; ++i) acc += exp2f(log2_shift(c[i], m2));
-            st.se = st.se * exp2f(st.m2 - m2) + acc;  // exp2(-inf) = 0 for the first chunk
-            st.m2 = m2;
+            for (int i = 0; i < E; ++i) acc += exp_of(c[i] - m);
+            st.se = st.se * exp_of(st.m - m) + acc;  // exp(-inf) = 0 for the first chunk
+            st.m = m;
           }
           st.sum += csum;
         }
@@ -227,11 +227,12 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
 
     if (threadIdx.x == 0) {
       // Row scalars in double (lse - l_t, lse - mean_j l_j without fp32 cancellation).
-      double const lse = static_cast<double>(st.m2) * kLn2 + log(static_cast<double>(st.se));
+      double const lse_rel = log(static_cast<double>(st.se)), lse = static_cast<double>(st.m) + lse_rel;
       double const ls = p.label_smoothing, z = p.z_loss;
       double loss = 0.0;
-      if (ls < 1.0) loss += (1.0 - ls) * (lse - static_cast<double>(target_value));
-      if (ls > 0.0) loss += ls * (lse - static_cast<double>(st.sum) * p.inv_V);
+      double const mx = st.m;  // lse - x as lse_rel + (mx - x): mx + log 2 would round to mx at mx = 1e20
+      if (ls < 1.0) loss += (1.0 - ls) * (lse_rel + (mx - static_cast<double>(target_value)));
+      if (ls > 0.0) loss += ls * (lse_rel + (mx - static_cast<double>(st.sum) * p.inv_V));
       if (z > 0.0) loss += z * lse * lse;
       p.loss_rows[m] = static_cast<float>(loss);
       if (drow != nullptr) {
@@ -240,7 +241,8 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
         if (p.grad_mode == 2) g = p.grad_loss[m];
         if (p.reduction == CODA_REDUCTION_MEAN) g = g / static_cast<float>(*p.n_valid);  // >= 1: this row counts
         double const gd = g;
-        coef[0] = static_cast<float>(lse * kLog2e);
+        coef[0] = st.m;
+        coef[4] = static_cast<float>(lse_rel);
         coef[1] = static_cast<float>(gd * (1.0 + 2.0 * z * lse));
         coef[2] = static_cast<float>(gd * ls * p.inv_V);
         coef[3] = static_cast<float>(gd * (1.0 - ls));
@@ -248,7 +250,7 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
     }
     if (drow == nullptr) continue;  // loss only (uniform over the block)
     __syncthreads();
-    float const lse2 = coef[0], a = coef[1], b = coef[2], gt = coef[3];
+    float const mx = coef[0], lse_rel = coef[4], a = coef[1], b = coef[2], gt = coef[3];
 
     // ---- pass 2: gradient, and zdz from the fp32 gradient ----
     float zacc = 0.0f;
@@ -272,7 +274,7 @@ __global__ void __launch_bounds__(kRowMaxThreads, kRowMinBlocks) ce_rows_kernel(
               th = tanhf(l[i] * inv_cap);
               c = cap * th;
             }
-            float v = fmaf(a, exp2f(log2_shift(c, lse2)), -b);  // g (p (1 + 2 z lse) - ls / V), p = exp(c - lse)
+            float v = fmaf(a, exp_of((c - mx) - lse_rel), -b);  // g (p (1 + 2 z lse) - ls / V), p = exp(c - lse)
             if (k * E + i == t) v -= gt;           // - g (1 - ls) at the target
             if (cap > 0.0f) v *= fmaf(-th, th, 1.0f);  // d capped / d raw = 1 - tanh^2
             d[i] = v;

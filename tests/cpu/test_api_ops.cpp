@@ -251,6 +251,26 @@ TEST(DeviceStage, CrossEntropy) {
   EXPECT_DEVICE_STAGE(f.call(&grad_rows, &f.dlogits, &f.zdz), "logits:");
 }
 
+TEST(DeviceStage, CrossEntropyAnyVocabulary) {
+  // Rows that are not 16-byte vectors (odd V, or a row stride that is no multiple of 8) take the kernel's scalar
+  // path: accepted, not refused by a TMA rule the kernel does not have.
+  Ce f;
+  auto& pool = f.pool;
+  f.logits = pool.make(CODA_BF16, {M, 1003});
+  f.dlogits = pool.make(CODA_BF16, {M, 1003});
+  EXPECT_DEVICE_STAGE(f.call(), "logits:");
+  EXPECT_DEVICE_STAGE(f.call(nullptr, &f.dlogits, &f.zdz), "logits:");
+  EXPECT_DEVICE_STAGE(f.call(nullptr, &f.logits, &f.zdz), "logits:");  // in place
+  coda_tensor strided = pool.make(CODA_BF16, {M, 1003});
+  strided.sizes[1] = 1000;  // V = 1000 with a row stride of 1003 elements
+  f.logits = strided;
+  EXPECT_DEVICE_STAGE(f.call(), "logits:");
+  coda_tensor col = pool.make(CODA_BF16, {M, 8});
+  col.strides[0] = 1, col.strides[1] = M;  // column-major: still refused
+  f.logits = col;
+  EXPECT_REJECTED(f.call(), CODA_ERROR_LAYOUT, "logits", "row-major");
+}
+
 TEST(DeviceStage, CrossEntropyWorkspaceDependsOnRowsOnly) {
   EXPECT_EQ(coda_cross_entropy_workspace_size(0, 128256), 0u);
   for (int64_t rows : {1, 7, 1000, 8192}) {

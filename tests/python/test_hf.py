@@ -71,6 +71,38 @@ def test_cpu_patch_keeps_generate_and_weights():
     assert coda.unpatch_llama(m) is m and m.forward.__func__ is type(m).forward
 
 
+@pytest.mark.parametrize("keep", [1, 3, "indices", "num_logits_to_keep"])
+def test_cpu_patch_logits_to_keep(keep):
+    """Last-token scoring (logits_to_keep, or transformers < 4.50's num_logits_to_keep) slices the cached final-norm
+    statistics to [B, kept]: the logits match HF's for an int, the old keyword and an index tensor."""
+    ref = random_model(hf_config()).double()
+    m = coda.patch_llama(copy.deepcopy(ref))
+    ids = torch.randint(0, 512, (2, 9))
+    if keep == "num_logits_to_keep":
+        kw_ref, kw = dict(logits_to_keep=2), dict(num_logits_to_keep=2)
+    else:
+        k = torch.tensor([0, 4, 8]) if keep == "indices" else keep
+        kw_ref = kw = dict(logits_to_keep=k)
+    with torch.no_grad():
+        a = ref(input_ids=ids, use_cache=False, **kw_ref).logits
+        b = m(input_ids=ids, **kw).logits
+    assert a.shape == b.shape
+    assert (a - b).abs().max().item() <= 1e-5 * a.abs().max().item()
+
+
+@pytest.mark.parametrize("kw", [dict(use_cache=False), dict(use_cache=False, num_beams=2),
+                                dict(num_beams=2), dict()], ids=["nocache", "beam-nocache", "beam", "cache"])
+def test_cpu_patch_generate_paths(kw):
+    """generate() with and without a KV cache, greedy and beam search: the same tokens as the unpatched model."""
+    ref = random_model(hf_config())
+    m = coda.patch_llama(copy.deepcopy(ref))
+    ids = torch.randint(0, 512, (2, 6))
+    mask = torch.ones_like(ids)
+    a = ref.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0, **kw)
+    b = m.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0, **kw)
+    assert torch.equal(a, b)
+
+
 def test_cpu_patch_padding_mask_and_positions():
     """Right padding with attention_mask: the real tokens' loss matches HF's."""
     ref = random_model(hf_config()).double()
@@ -108,13 +140,22 @@ def test_cpu_models_llama_matches_hf():
     assert (got - q).abs().max().item() <= 1e-5 * q.abs().max().item()
 
 
+GPU_MODELS = {
+    "llama32-1b-2layers": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2,
+                               num_attention_heads=32, num_key_value_heads=8, head_dim=64),
+    # a vocabulary after adding special tokens: not a multiple of 8
+    "vocab32003": dict(vocab_size=32003, hidden_size=1024, intermediate_size=2048, num_hidden_layers=2,
+                       num_attention_heads=8, num_key_value_heads=2, head_dim=128, tie_word_embeddings=False),
+}
+
+
 @requires_gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16])
-def test_gpu_patch_llama32_1b_like(dtype):
-    """Llama-3.2-1B config with 2 layers: loss and every parameter's gradient of the patched model pass the
-    acceptance rule against the float64 (CPU) model, with unpatched HF in bf16 on the GPU as 'unfused'."""
-    cfg = hf_config(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2,
-                    num_attention_heads=32, num_key_value_heads=8, head_dim=64)
+@pytest.mark.parametrize("dtype,model", [(torch.bfloat16, "llama32-1b-2layers"), (torch.bfloat16, "vocab32003"),
+                                         (torch.float16, "vocab32003")])
+def test_gpu_patch_llama32_1b_like(dtype, model):
+    """Llama-shaped models with 2 layers: loss and every parameter's gradient of the patched model pass the
+    acceptance rule against the float64 (CPU) model, with unpatched HF in the same dtype on the GPU as 'unfused'."""
+    cfg = hf_config(**GPU_MODELS[model])
     base = random_model(cfg).to(dtype)  # the float64 model below holds exactly these (rounded) weights
     ids = torch.randint(0, cfg.vocab_size, (2, 256))
     labels = ids.clone()
@@ -130,6 +171,13 @@ def test_gpu_patch_llama32_1b_like(dtype):
         accept(f"d {n}", g_c[n], g_u[n], g64[n])
     out = m.generate(ids[:1, :8].cuda(), max_new_tokens=4, do_sample=False)
     assert out.shape == (1, 12)
+    out = m.generate(ids[:1, :8].cuda(), max_new_tokens=4, do_sample=False, use_cache=False)
+    assert out.shape == (1, 12)
+    with torch.no_grad():
+        last = m(input_ids=ids.cuda(), logits_to_keep=1).logits
+        full = m(input_ids=ids.cuda()).logits
+    assert last.shape == (2, 1, cfg.vocab_size)
+    assert torch.equal(last[:, 0], full[:, -1])
 
 
 def test_cpu_patch_under_autocast():

@@ -269,7 +269,8 @@ DTYPES = [torch.bfloat16, torch.float16]
 
 @requires_gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M,d,n", [(1, 64, 64), (1000, 264, 128), (4097, 2048, 256), (256, 16, 24)])
+@pytest.mark.parametrize("M,d,n", [(1, 64, 64), (1000, 264, 128), (4097, 2048, 256), (256, 16, 24), (300, 64, 1003),
+                                   (5, 128, 3)])
 def test_gpu_rms_norm_linear(M, d, n, dtype):
     check_op(f_norm_linear, p_norm_linear, _norm_linear_case(M, M, d, n), dtype, names=["x", "gamma", "w"])
 
@@ -305,7 +306,7 @@ def test_gpu_block(lead, M, d, F, hq, hkv, hd, dtype):
 
 @requires_gpu
 @pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
-@pytest.mark.parametrize("M,d,V", [(1000, 256, 32000), (7, 64, 264)])
+@pytest.mark.parametrize("M,d,V", [(1000, 256, 32000), (7, 64, 264), (600, 128, 32003), (9, 64, 5)])
 def test_gpu_linear_cross_entropy(M, d, V, opts):
     case = _lce_case(M, M, d, V, ignore_index=opts.get("ignore_index", -100))
     reduction = opts.get("reduction", "mean")
@@ -323,11 +324,13 @@ def test_gpu_linear_cross_entropy(M, d, V, opts):
 
 @requires_gpu
 @pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
-def test_gpu_cross_entropy(opts):
+@pytest.mark.parametrize("V", [50264, 50257])
+def test_gpu_cross_entropy(opts, V):
     g = I.gen(21)
-    t = torch.randint(0, 50264, (300,), generator=g)
+    t = torch.randint(0, V, (300,), generator=g)
     t[:20] = opts.get("ignore_index", -100)
-    case = [I.act(g, 300, 50264, scale=3.0), t]
+    t[20] = V - 1
+    case = [I.act(g, 300, V, scale=3.0), t]
     reduction = opts.get("reduction", "mean")
     check_op(lambda l, t: coda.ops.cross_entropy(l, t, **opts), lambda l, t: plain.cross_entropy(l, t, **opts), case,
              names=["logits"], check_outputs=reduction == "none")
@@ -387,3 +390,31 @@ def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype, monkeypatch)
         got = _scaled_cast(t, scale, dtype)
         assert got.requires_grad and torch.equal(got.view(torch.int16), (t * 0.37).to(dtype).view(torch.int16))
     assert len(calls) == (12 if "cuda" in devices else 0)  # 3 views x 4 scales on CUDA; the CPU and autograd: torch
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_gpu)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cross_entropy_huge_logits(device, dtype):
+    """Logits of any finite size give torch's finite loss and gradient (a 1e20 logit used to make the kernel's
+    exp2 argument overflow: loss inf, gradient NaN). Rows: the huge logit at the target, elsewhere, twice (two
+    equal maxima: p = 1/2 each), a huge negative one, and an ordinary row."""
+    if device == "cuda" and dtype == torch.float32:
+        pytest.skip("the kernels take bf16/fp16 logits")
+    g = I.gen(5)
+    V = 1003
+    logits = I.act(g, 5, V, scale=2.0).detach()
+    t = torch.tensor([3, 5, 7, 0, V - 1])
+    logits[0, 3] = 1e20
+    logits[1, 700] = 1e20
+    logits[2, 7] = logits[2, 9] = 1e20
+    logits[3, 1] = -1e20
+    logits = logits.to(dtype)
+    ref_in = logits.double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(ref_in, t, reduction="none")
+    ref.sum().backward()
+    x = logits.to(device).requires_grad_()
+    loss = coda.ops.cross_entropy(x, t.to(device), reduction="none")
+    loss.sum().backward()
+    assert torch.isfinite(loss).all() and torch.isfinite(x.grad.float()).all()
+    assert ((loss.double().cpu() - ref).abs() <= 1e-6 * ref.abs() + 1e-5).all(), (loss, ref)
+    assert (x.grad.double().cpu() - ref_in.grad).abs().max().item() <= 4e-3
