@@ -212,8 +212,20 @@ def call(name: str, *args) -> None:
     (it names the argument and the rule; nothing was launched or written)."""
     status = getattr(library(), "coda_" + name)(*args)
     if status != 0:
-        message = library().coda_last_error().decode(errors="replace")
-        raise _STATUS_EXCEPTION.get(status, RuntimeError)(f"coda_{name}: {message}")
+        raise error(status, name, library().coda_last_error().decode(errors="replace"))
+
+
+def error(status: int, name: str, message: str) -> Exception:
+    """The exception of a failed coda_<name> call: the status's type (_STATUS_EXCEPTION), "coda_<name>: <message>".
+    The library's message starts with the C function's name already, which is not repeated. The parts stay apart
+    for coda.ops, which names its caller's arguments instead of the C parameters (ops._library_names):
+    .coda_function ("coda_<name>") and .coda_message (what follows it: "<parameter>: <rule>")."""
+    function = "coda_" + name
+    if message.startswith(function + ": "):
+        message = message[len(function) + 2:]
+    e = _STATUS_EXCEPTION.get(status, RuntimeError)(f"{function}: {message}")
+    e.coda_function, e.coda_message = function, message
+    return e
 
 
 def workspace_size(name: str, *args) -> int:

@@ -1,7 +1,10 @@
 """Argument checks of the Python API, run before any kernel and before tracing: they name the argument and the
 rule (TypeError for a wrong type or dtype, ValueError for a wrong shape, device or value). The C library checks
-again (alignment, strides, aliasing, architecture) and its message is raised the same way."""
+again (alignment, strides, aliasing, architecture) and its message is raised the same way, in the public op's and
+its caller's names (library_message; ops._library_names)."""
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -45,6 +48,22 @@ def same_device(op, **tensors):
         raise ValueError(f"coda.{op}: tensors on {dev} are not supported (CUDA sm_90, or CPU for the reference)")
 
 
+def features(op, name, t):
+    """t is [..., f] with f > 0: the kernels need K, N > 0, and an RMSNorm over no features is 0/0. Zero tokens
+    (leading dimensions of size 0) are fine."""
+    if t.dim() < 1:
+        raise ValueError(f"coda.{op}: `{name}` must have a feature dimension ([..., features]), got a 0-dim tensor")
+    if t.shape[-1] == 0:
+        raise ValueError(f"coda.{op}: `{name}` must have at least one feature (last dimension > 0), got shape "
+                         f"{tuple(t.shape)}")
+
+
+def rows(op, name, w, what):
+    """A weight [out, in] with out > 0 (the kernels need N > 0; `what` says what the rows are)."""
+    if w.shape[0] == 0:
+        raise ValueError(f"coda.{op}: `{name}` must have at least one row ({what}), got shape {tuple(w.shape)}")
+
+
 def size(op, name, t, dim, expected, what):
     if t.shape[dim] != expected:
         raise ValueError(f"coda.{op}: `{name}` dimension {dim} must equal {what} ({expected}), got shape "
@@ -76,3 +95,28 @@ def heads(op, width, n_q_heads, n_kv_heads, head_dim):
     if width != (n_q_heads + 2 * n_kv_heads) * head_dim:
         raise ValueError(f"coda.{op}: `w_qkv` must have (n_q_heads + 2 n_kv_heads) head_dim = "
                          f"{(n_q_heads + 2 * n_kv_heads) * head_dim} rows, got {width}")
+
+
+# ---- libcoda's errors in the caller's names ------------------------------------------------------------------
+# libcoda names its C parameters ("w: ...", "x_out and residual partially overlap", "... as given by h.sizes[1]",
+# "weights.w_down: ...", "options->z_loss: ..."). Those names stand where the messages put a parameter: first, after
+# "match ", "given by ", " and ", "but ", "requires " or ", ", and before ".sizes[".
+_PARAM = r"[A-Za-z_]\w*(?:(?:\.|->)(?!sizes\[)[A-Za-z_]\w*)*"
+_PARAM_AT = re.compile(rf"(?:^|(?<=match )|(?<=given by )|(?<= and )|(?<=but )|(?<=requires )|(?<=, ))({_PARAM})"
+                       rf"(?=[\s:,().]|$)|\b([A-Za-z_]\w*)(?=\.sizes\[)")
+
+
+def library_message(op, function, message, names):
+    """libcoda's `message` from C `function`, as public op `op` reports it: "coda.<op>: <message> (checked by
+    <function>)" with each C parameter in `names` ({C parameter: the caller's argument}) written as the caller's
+    `argument` (X.sizes[i] as `argument`.shape[i]). Parameters not in `names` are the op's own temporaries and
+    outputs and keep the library's name; so does the message of a failed inner step of a composite C call
+    ("step ... failed: coda_<inner>: ..."), which names the inner function's parameters."""
+    head, sep, inner = message.partition(" failed: coda_")
+
+    def caller(m):
+        name = names.get(m.group(1) or m.group(2))
+        return m.group(0) if name is None else f"`{name}`"
+
+    head = _PARAM_AT.sub(caller, head).replace("`.sizes[", "`.shape[")
+    return f"coda.{op}: {head}{sep}{inner} (checked by {function})"

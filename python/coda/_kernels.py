@@ -22,6 +22,12 @@ def _ws(name, device, *size_args):
     return _C.workspace(_C.workspace_size(name, *size_args), device)
 
 
+def _dense(t):
+    """The C ABI takes targets, positions and inv_freq as dense vectors; they are small ([tokens], [head_dim/2]), so
+    a strided one (a slice, a transposed [batch, seq] grid flattened) is copied instead of refused."""
+    return None if t is None else t.contiguous()
+
+
 def rmsnorm_prepare(x, gamma, eps):
     """First-layer norm: h = x gamma, rstd (F1's norm half without a GEMM). -> (h [M,d], rstd [M] fp32)."""
     h = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -65,6 +71,7 @@ def linear_rowscale_swiglu(h, w_gu, rstd):
 def linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head_dim):
     """F4: qkv = RoPE(diag(rstd) h w_qkv^T), q/k pairs adjacent."""
     M, N = h.shape[0], w_qkv.shape[0]
+    positions, inv_freq = _dense(positions), _dense(inv_freq)
     qkv = torch.empty((M, N), dtype=h.dtype, device=h.device)
     ws = _ws("linear_rowscale_rope", h.device, M, N)
     _C.call("linear_rowscale_rope", _d(h), _d(w_qkv), _d(rstd), _d(positions), _d(inv_freq), n_q_heads,
@@ -80,6 +87,7 @@ def cross_entropy(logits, targets, grad_loss, ignore_index, reduction, label_smo
                   hidden_size, want_grad):
     """F6 over stored logits. -> (loss, dlogits or None, zdz or None)."""
     M, V = logits.shape
+    targets = _dense(targets)
     loss = _f32(_loss_shape(M, reduction), logits)
     dlogits = torch.empty_like(logits) if want_grad else None
     zdz = _f32((M,), logits) if want_grad else None
@@ -94,6 +102,7 @@ def linear_cross_entropy(h, w, rstd, targets, ignore_index, reduction, label_smo
                          chunk_rows):
     """LM head + loss without logits in memory (F5 + F6 statistics). -> (loss, lse [M])."""
     M, V = h.shape[0], w.shape[0]
+    targets = _dense(targets)
     loss = _f32(_loss_shape(M, reduction), h)
     lse = _f32((M,), h)
     ws = _ws("linear_cross_entropy", h.device, M, V, chunk_rows)
@@ -109,6 +118,7 @@ def linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_in
     dgamma fp32), plus the loss from the same pass when want_loss (a training step without a forward call)."""
     M, d = h.shape
     V = w.shape[0]
+    targets = _dense(targets)
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     dw = torch.empty((V, d), dtype=torch.float32, device=h.device)
     dgamma = _f32((d,), h)
@@ -132,6 +142,7 @@ def scale_cast(src, scale, dtype):
 
 def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size):
     """B1: dz = R(-theta) dqkv, zdz = (1/d) sum qkv dqkv. -> (dz, zdz)."""
+    positions, inv_freq = _dense(positions), _dense(inv_freq)
     dz = torch.empty_like(dqkv, memory_format=torch.contiguous_format)
     zdz = _f32((qkv.shape[0],), qkv)
     _C.call("rope_bwd_zdz", _d(qkv), _d(dqkv), _d(positions), _d(inv_freq), n_q_heads, n_kv_heads, head_dim,
@@ -182,6 +193,7 @@ def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, i
     M, d = x0.shape
     F = w_down.shape[1]
     dev, dt = x0.device, x0.dtype
+    positions, inv_freq = _dense(positions), _dense(inv_freq)
     x1 = torch.empty((M, d), dtype=dt, device=dev)
     z1 = torch.empty((M, 2 * F), dtype=dt, device=dev)
     x2 = torch.empty_like(x1)
@@ -202,6 +214,7 @@ def block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w
     M, d = x1.shape
     F = w_down.shape[1]
     dev, dt = x1.device, x1.dtype
+    positions, inv_freq = _dense(positions), _dense(inv_freq)
     dy0 = torch.empty_like(y0, memory_format=torch.contiguous_format)
     dx0 = torch.empty((M, d), dtype=dt, device=dev)
     dws = [torch.empty(w.shape, dtype=w.dtype, device=dev) for w in (w_o, w_gu, w_down, w_qkv)]

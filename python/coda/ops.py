@@ -13,10 +13,15 @@ Conventions (every function):
     (linear_residual_rmsnorm, swiglu_mlp, rmsnorm_prepare). The cache is a forward-only shortcut: gradients flow to x
     and gamma (one fused backward kernel, MATH.md B2), never through h or rstd, which are non-differentiable.
   - Errors: TypeError / ValueError naming the argument and the rule, raised before any kernel runs; the library's
-    own checks (alignment, strides, aliasing, GPU architecture) raise the same way with its message.
+    own checks (alignment, strides, aliasing, GPU architecture) raise the same way with its rule, in the op's and
+    its caller's names ("coda.swiglu_mlp: `w_down`: ... (checked by coda_linear_residual_rmsnorm)"). Feature
+    sizes (d, F, the vocabulary, w's rows) must be > 0; zero tokens are fine. Targets and positions may have any
+    layout.
 Equation numbers refer to docs/MATH.md.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -57,22 +62,66 @@ def _norm_cache(op, x, x2d, gamma, eps, cache):
     if h.requires_grad or rstd.requires_grad:
         raise ValueError(f"coda.{op}: `cache` tensors must not require grad: they are a forward-only shortcut of "
                          "(x, gamma), whose gradients the op computes")
-    return h.reshape(M, d), rstd.reshape(M)
+    return h.reshape(M, d), rstd.reshape(M).contiguous()  # a slice rstd[:, -1:] is strided; the kernels read [M]
 
 
-def _norm_args(op, x, gamma, w, eps):
-    check.tensor(op, "x", x, floating=True)
-    if x.dim() < 1:
-        raise ValueError(f"coda.{op}: `x` must have a feature dimension ([..., d]), got a 0-dim tensor")
-    check.tensor(op, "gamma", gamma, rank=1, floating=True)
-    check.tensor(op, "w", w, rank=2, floating=True)
-    check.same_device(op, x=x, gamma=gamma, w=w)
-    check.same_dtype(op, "x", x, gamma=gamma, w=w)
-    check.size(op, "gamma", gamma, 0, x.shape[-1], "x's last dimension")
-    check.size(op, "w", w, 1, x.shape[-1], "x's last dimension (nn.Linear layout [out, in])")
+def _norm_args(op, x, gamma, w, eps, names=("x", "gamma", "w")):
+    """The checks of an op that starts with an RMSNorm: x [..., d], gamma [d], a weight w [out, d] after it;
+    `names` are the caller's names of (x, gamma, w) (block: x0, gamma1, w_gu)."""
+    xn, gn, wn = names
+    check.tensor(op, xn, x, floating=True)
+    check.features(op, xn, x)
+    check.tensor(op, gn, gamma, rank=1, floating=True)
+    check.tensor(op, wn, w, rank=2, floating=True)
+    check.same_device(op, **{xn: x, gn: gamma, wn: w})
+    check.same_dtype(op, xn, x, **{gn: gamma, wn: w})
+    check.size(op, gn, gamma, 0, x.shape[-1], f"{xn}'s last dimension")
+    check.size(op, wn, w, 1, x.shape[-1], f"{xn}'s last dimension (nn.Linear layout [out, in])")
+    check.rows(op, wn, w, "output features")
     check.positive(op, "eps", eps)
 
 
+# ---- libcoda's errors in the caller's names ------------------------------------------------------------------
+# libcoda checks again what only it can (alignment, strides, aliasing, devices) and names its own C parameters: the
+# `w` of coda_linear_residual_rmsnorm is swiglu_mlp's w_down. Each public op is decorated with the C functions it
+# calls (forward) and, per function, which of its caller's arguments each C parameter is; a library error inside
+# the op then reads "coda.<op>: `<caller's argument>`: <rule> (checked by coda_<function>)" (_check.library_message),
+# of the same exception type. Parameters not listed are the op's own temporaries and outputs (an error naming one
+# is a CODA bug). Under torch.compile the checks of this file run while tracing; a library error raised when the
+# compiled graph runs keeps the library's names.
+
+def _same(*names):
+    return {n: n for n in names}
+
+
+_CACHE = {"h": "cache[0] (h)", "rstd": "cache[1] (rstd)"}  # h and rstd are only ever the caller's in a cache
+_PREPARE = _same("x", "gamma", "eps")
+_CE_OPTIONS = {f"options->{n}": n for n in ("ignore_index", "reduction", "label_smoothing", "z_loss", "softcap")}
+
+
+def _library_names(**functions):
+    """Decorator of a public op: `functions` maps each C function the op calls (coda_<name> without the prefix) to
+    {C parameter: the caller's argument}."""
+    def decorate(fn):
+        op = fn.__name__
+
+        @functools.wraps(fn)
+        def public(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (TypeError, ValueError, RuntimeError, NotImplementedError) as e:
+                function = getattr(e, "coda_function", None)
+                if function is None:
+                    raise
+                names = functions.get(function[len("coda_"):], {})
+                error = type(e)(check.library_message(op, function, e.coda_message, names))
+                error.coda_function, error.coda_message = function, e.coda_message
+                raise error from None
+        return public
+    return decorate
+
+
+@_library_names(rmsnorm_prepare=_PREPARE)
 def rmsnorm_prepare(x, gamma, eps=1e-6):
     """First-layer norm without a GEMM before it: h = x * gamma, rstd = 1/sqrt(mean(x^2) + eps).
 
@@ -81,6 +130,7 @@ def rmsnorm_prepare(x, gamma, eps=1e-6):
     """
     op = "rmsnorm_prepare"
     check.tensor(op, "x", x, floating=True)
+    check.features(op, "x", x)
     check.tensor(op, "gamma", gamma, rank=1, floating=True)
     check.same_device(op, x=x, gamma=gamma)
     check.same_dtype(op, "x", x, gamma=gamma)
@@ -90,6 +140,7 @@ def rmsnorm_prepare(x, gamma, eps=1e-6):
     return h.reshape(x.shape), rstd.reshape(x.shape[:-1])
 
 
+@_library_names(linear_residual_rmsnorm=_same("a", "w", "residual", "gamma", "eps"))
 def linear_residual_rmsnorm(a, w, residual, gamma, eps=1e-6):
     """F1: x = a w^T + residual, and the next RMSNorm's first half h = x * gamma, rstd = 1/sqrt(mean(x^2) + eps).
 
@@ -104,7 +155,10 @@ def linear_residual_rmsnorm(a, w, residual, gamma, eps=1e-6):
     check.tensor(op, "gamma", gamma, rank=1, floating=True)
     check.same_device(op, a=a, w=w, residual=residual, gamma=gamma)
     check.same_dtype(op, "a", a, w=w, residual=residual, gamma=gamma)
+    check.features(op, "a", a)
     check.size(op, "w", w, 1, a.shape[-1], "a's last dimension")
+    check.rows(op, "w", w, "output features d")
+    check.features(op, "residual", residual)
     if residual.shape[:-1] != a.shape[:-1] or residual.shape[-1] != w.shape[0]:
         raise ValueError(f"coda.{op}: `residual` must have shape {(*a.shape[:-1], w.shape[0])}, got "
                          f"{tuple(residual.shape)}")
@@ -115,6 +169,7 @@ def linear_residual_rmsnorm(a, w, residual, gamma, eps=1e-6):
     return x.reshape(out), h.reshape(out), rstd.reshape(a.shape[:-1])
 
 
+@_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale={**_CACHE, "w": "w"})
 def rms_norm_linear(x, gamma, w, eps=1e-6, *, cache=None):
     """F2: y = rmsnorm(x) w^T = diag(rstd) (x * gamma) w^T, the normalisation applied as a row scale in the GEMM
     epilogue. Backward: one fused dgrad (B2) gives dx and dgamma; dW = dy^T a.
@@ -136,6 +191,8 @@ def rms_norm_linear(x, gamma, w, eps=1e-6, *, cache=None):
     return y.reshape(*x.shape[:-1], n)
 
 
+@_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_rope={
+    **_CACHE, **_same("w_qkv", "positions", "inv_freq", "n_q_heads", "n_kv_heads", "head_dim")})
 def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *,
                       cache=None):
     """F4: qkv = RoPE(rmsnorm(x) w_qkv^T), q and k rotated by theta = positions * inv_freq, v passed through.
@@ -149,7 +206,7 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
     its rotary pairs adjacent (dimension 2i, 2i+1 is pair i). Backward: B1 (RoPE^T and the row dot) + B2.
     """
     op = "rms_norm_qkv_rope"
-    _norm_args(op, x, gamma, w_qkv, eps)
+    _norm_args(op, x, gamma, w_qkv, eps, ("x", "gamma", "w_qkv"))
     check.heads(op, w_qkv.shape[0], n_q_heads, n_kv_heads, head_dim)
     check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
     check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
@@ -167,6 +224,8 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
     return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
 
 
+@_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_swiglu={**_CACHE, "w_gu": "w_gu"},
+                 linear_residual_rmsnorm={"w": "w_down", "residual": "x", "gamma": "next_gamma", "eps": "eps"})
 def swiglu_mlp(x, gamma, w_gu, w_down, eps=1e-6, *, cache=None, next_gamma=None):
     """The SwiGLU MLP with its residual (F3 + F1): z = rmsnorm(x) w_gu^T, y = silu(z_gate) z_up,
     x_out = x + y w_down^T; also the next norm's cache h_next = x_out * next_gamma, rstd_next.
@@ -176,7 +235,7 @@ def swiglu_mlp(x, gamma, w_gu, w_down, eps=1e-6, *, cache=None, next_gamma=None)
     for the backward (B3 then B2); y and the normalised x are recomputed there, not stored.
     """
     op = "swiglu_mlp"
-    _norm_args(op, x, gamma, w_gu, eps)
+    _norm_args(op, x, gamma, w_gu, eps, ("x", "gamma", "w_gu"))
     check.tensor(op, "w_down", w_down, rank=2, floating=True)
     check.tensor(op, "next_gamma", next_gamma, rank=1, floating=True, optional=True)
     check.same_device(op, x=x, w_down=w_down, next_gamma=next_gamma)
@@ -193,6 +252,11 @@ def swiglu_mlp(x, gamma, w_gu, w_down, eps=1e-6, *, cache=None, next_gamma=None)
     return x_out.reshape(x.shape), (h_next.reshape(x.shape), rstd_next.reshape(x.shape[:-1]))
 
 
+@_library_names(block_forward={
+    **_same("y0", "x0", "positions", "inv_freq", "eps"),
+    **{f"weights.{n}": n for n in ("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv")},
+    "config.hidden_size": "x0.shape[-1]", "config.intermediate_size": "w_down.shape[1]",
+    **{f"config.{n}": n for n in ("n_q_heads", "n_kv_heads", "head_dim", "eps")}})
 def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim,
           eps=1e-6, *, inplace_backward=True):
     """One CODA block (MATH.md "One block"; include/coda/block.h): from layer i's attention output to layer i+1's
@@ -238,7 +302,7 @@ def _signature(tensors, scalars):
 def _block_checks(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,
                   head_dim, eps):
     op = "block"
-    _norm_args(op, x0, gamma1, w_gu, eps)
+    _norm_args(op, x0, gamma1, w_gu, eps, ("x0", "gamma1", "w_gu"))
     for name, t in (("y0", y0), ("w_o", w_o), ("w_down", w_down), ("gamma2", gamma2), ("w_qkv", w_qkv)):
         check.tensor(op, name, t, floating=True, rank=None if name == "y0" else (1 if "gamma" in name else 2))
     check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
@@ -277,6 +341,10 @@ def _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap):
     return int(ignore_index), reduction, float(label_smoothing), float(z_loss), float(softcap or 0.0)
 
 
+@_library_names(
+    rmsnorm_prepare=_PREPARE,
+    linear_cross_entropy={**_CACHE, **_same("w", "targets", "chunk_rows"), **_CE_OPTIONS},
+    linear_cross_entropy_bwd={**_CACHE, **_same("w", "x", "gamma", "targets", "chunk_rows"), **_CE_OPTIONS})
 def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_index=-100, reduction="mean",
                          label_smoothing=0.0, z_loss=0.0, softcap=None, chunk_rows=0):
     """Final RMSNorm + LM head + cross-entropy without the logits in memory (F5/F6 and the chunked LM-head
@@ -306,22 +374,33 @@ def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_i
     h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
     if reduction != "none" and torch.is_grad_enabled() and any(t.requires_grad for t in (x, gamma, w)):
         # Training: loss and gradients in one pass (the gradients are scaled by the upstream gradient later).
-        loss = lib.linear_cross_entropy_train(x2, gamma, w, h, rstd, targets.reshape(-1), *opts, int(chunk_rows))[0]
-        return loss
+        t = targets.reshape(-1)
+        if reduction == "mean" and x.dtype == torch.float16:
+            # fp16: the gradients of the sum (p - onehot per row, inside fp16's normal range), and the mean's 1/N
+            # applied with the upstream gradient. Taken with 1/N in the one pass, the logits' gradients (~1/(N V))
+            # fall below fp16's smallest normal before a loss scaler's factor could lift them: measured 5-37x the
+            # unpatched model's gradient error in fp16 (bench/results/fp16_gradients).
+            loss = lib.linear_cross_entropy_train(x2, gamma, w, h, rstd, t, opts[0], "sum", *opts[2:],
+                                                  int(chunk_rows))[0]
+            return loss / (t != opts[0]).sum().clamp(min=1)
+        return lib.linear_cross_entropy_train(x2, gamma, w, h, rstd, t, *opts, int(chunk_rows))[0]
     loss, _ = lib.linear_cross_entropy(x2, gamma, w, h, rstd, targets.reshape(-1), *opts, int(chunk_rows))
     return loss.reshape(x.shape[:-1]) if reduction == "none" else loss
 
 
+@_library_names(cross_entropy={**_same("logits", "targets"), **_CE_OPTIONS})
 def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, z_loss=0.0,
                   softcap=None):
     """F6: cross-entropy over stored logits (as torch.nn.functional.cross_entropy, plus z_loss and softcap).
 
-    logits [..., V] bf16/fp16 (CUDA) or any float (CPU); targets [...] int64/int32. Returns the fp32 loss ([] for
-    mean/sum, [...] for none). The backward recomputes the softmax from the logits (nothing [.., V] is saved
+    logits [..., V] bf16/fp16 (CUDA) or any float (CPU), any V and row stride (rows that are not 16-byte vectors
+    take a slower scalar path); targets [...] int64/int32. Returns the fp32 loss ([] for mean/sum, [...] for none);
+    finite for any finite logits (the row max is subtracted before any scaling). The backward recomputes the softmax from the logits (nothing [.., V] is saved
     besides the logits themselves).
     """
     op = "cross_entropy"
     check.tensor(op, "logits", logits, floating=True)
+    check.features(op, "logits", logits)
     check.tensor(op, "targets", targets, dtype=(torch.int32, torch.int64))
     check.same_device(op, logits=logits, targets=targets)
     if targets.shape != logits.shape[:-1]:

@@ -270,7 +270,7 @@ DTYPES = [torch.bfloat16, torch.float16]
 @requires_gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,d,n", [(1, 64, 64), (1000, 264, 128), (4097, 2048, 256), (256, 16, 24), (300, 64, 1003),
-                                   (5, 128, 3)])
+                                   (1000, 128, 5)])
 def test_gpu_rms_norm_linear(M, d, n, dtype):
     check_op(f_norm_linear, p_norm_linear, _norm_linear_case(M, M, d, n), dtype, names=["x", "gamma", "w"])
 
@@ -418,3 +418,38 @@ def test_cross_entropy_huge_logits(device, dtype):
     assert torch.isfinite(loss).all() and torch.isfinite(x.grad.float()).all()
     assert ((loss.double().cpu() - ref).abs() <= 1e-6 * ref.abs() + 1e-5).all(), (loss, ref)
     assert (x.grad.double().cpu() - ref_in.grad).abs().max().item() <= 4e-3
+
+
+def test_cpu_cache_slices_and_shapes():
+    """A cache taken from a longer x and sliced like x (h[:, -1:], rstd[:, -1:]), or given flat ([M, d], [M] or
+    [M, 1]), is accepted and gives the uncached result; a cache of another x's shape is refused naming `cache`."""
+    g = I.gen(3)
+    x, gm, w = I.act(g, 2, 9, 16).detach(), (1 + 0.1 * I.act(g, 16)).detach(), I.weight(g, 24, 16).detach()
+    h, rstd = coda.ops.rmsnorm_prepare(x, gm, EPS)
+    want = coda.ops.rms_norm_linear(x[:, -1:], gm, w, EPS)
+    for cache in ((h[:, -1:], rstd[:, -1:]), (h[:, -1:].reshape(2, 16), rstd[:, -1:].reshape(2)),
+                  (h[:, -1:].reshape(2, 16), rstd[:, -1:].reshape(2, 1))):
+        got = coda.ops.rms_norm_linear(x[:, -1:], gm, w, EPS, cache=cache)
+        assert got.shape == (2, 1, 24) and (got - want).abs().max().item() <= 1e-12
+    with pytest.raises(ValueError, match="`cache`"):
+        coda.ops.rms_norm_linear(x[:, -1:], gm, w, EPS, cache=(h, rstd))
+
+
+def test_cpu_fp16_mean_loss_takes_the_sum_path():
+    """fp16 training with a mean loss runs the one-pass LM head on the sum's gradients and divides by the count of
+    non-ignored rows (fp16's range: see ops.linear_cross_entropy): the loss and gradients equal the float64 mean's
+    to fp16 accuracy, and a loss scaler's factor reaches the gradients unchanged."""
+    g = I.gen(11)
+    x, gm, w = (a.detach().requires_grad_() for a in (I.act(g, 37, 16), 1 + 0.1 * I.act(g, 16), I.weight(g, 40, 16)))
+    t = torch.randint(0, 40, (37,), generator=g)
+    t[:5] = -100
+    want = plain.linear_cross_entropy(x, gm, w, t, EPS)
+    want.backward()
+    ref = [a.grad.clone() for a in (x, gm, w)]
+    for scale in (1.0, 4096.0):
+        xs, gs, ws = (a.detach().half().requires_grad_() for a in (x, gm, w))
+        loss = coda.ops.linear_cross_entropy(xs, gs, ws, t, EPS)
+        assert abs(loss.item() - want.item()) <= 1e-3 * abs(want.item())
+        (loss * scale).backward()
+        for a, r in zip((xs, gs, ws), ref):
+            assert (a.grad.double() / scale - r).abs().max().item() <= 2e-3 * r.abs().max().item()
