@@ -4,6 +4,10 @@ permutation happens in state_dict / load_state_dict hooks, so ordinary HF weight
 
 Parameters may be fp32 masters with bf16 activations: each forward casts the weights to the input's dtype
 (autograd casts the gradients back).
+
+Each module's forward reads only its own parameters, so torch.distributed.fsdp.fully_shard (FSDP2), DDP and
+activation checkpointing wrap them as they wrap any module. The state_dict hooks also convert FSDP2's sharded
+DTensors shard by shard, and load full (plain) state dicts into sharded modules.
 """
 from __future__ import annotations
 
@@ -32,25 +36,79 @@ class RMSNormLinear(nn.Module):
         self.eps = eps
         self.norm_weight = nn.Parameter(torch.ones(in_features, dtype=dtype, device=device))
         self.weight = _randn((out_features, in_features), 1 / math.sqrt(in_features), dtype, device)
+        _full_to_shard_hook(self)
 
     def forward(self, x, cache=None):
         return ops.rms_norm_linear(x, _w(self.norm_weight, x), _w(self.weight, x), self.eps, cache=cache)
 
 
+def _plain(t):
+    return type(t) in (torch.Tensor, nn.Parameter)
+
+
+def _rows_local(w):
+    """A DTensor (FSDP2's sharded parameter) -> one whose shards hold whole rows, so that the row permutations and
+    splits of coda.layout run on each rank's own shard. FSDP2 shards dim 0, which cuts across the q/k/v and gate/up
+    row groups; moving the shard to dim 1 is an all-to-all of one shard (on NCCL; gloo, which lacks all-to-all, falls
+    back to an all-gather), not a gather of the whole weight onto each rank. A shard offloaded to the CPU
+    (CPUOffloadPolicy) goes to the mesh's device first: the collective runs there."""
+    if _plain(w):
+        return w
+    from torch.distributed.tensor import DTensor, Shard
+    if not isinstance(w, DTensor) or not any(p.is_shard(0) for p in w.placements):
+        return w
+    if w.device.type != w.device_mesh.device_type:
+        w = w.to(w.device_mesh.device_type)
+    return w.redistribute(w.device_mesh, [Shard(1) if p.is_shard(0) else p for p in w.placements])
+
+
+def _like_param(w, param):
+    """A converted weight -> the placement and device of the parameter it loads into: a DTensor is redistributed
+    (all-to-all back to FSDP2's dim-0 shards); a plain, full tensor (e.g. a Hugging Face state dict loaded on every
+    rank) keeps only this rank's shard, with no communication."""
+    if _plain(param):
+        return w
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    if not isinstance(param, DTensor):
+        return w
+    if isinstance(w, DTensor):
+        w = w.redistribute(param.device_mesh, param.placements)
+    else:
+        w = distribute_tensor(w.to(param.device_mesh.device_type), param.device_mesh, param.placements,
+                              src_data_rank=None)
+    return w if w.device == param.device else w.to(param.device)
+
+
+def _full_to_shard_hook(module):
+    """load_state_dict of full (plain) tensors, e.g. a Hugging Face checkpoint read on every rank, into a module
+    whose parameters FSDP2 has sharded: each rank keeps its shard (no communication). The CODA-layout weights are
+    converted by their own hooks; this covers the others."""
+
+    def load(state, prefix, meta, strict, missing, unexpected, errors):
+        for name, p in module.named_parameters(remove_duplicate=False):
+            k = prefix + name
+            if k in state and not _plain(p) and _plain(state[k]):
+                state[k] = _like_param(state[k], p)
+
+    module._register_load_state_dict_pre_hook(load)
+
+
 def _hf_gate_up_hooks(module, attr):
-    """state_dict: `attr` (interleaved [2F, d]) <-> gate_proj.weight, up_proj.weight (HF)."""
+    """state_dict: `attr` (interleaved [2F, d]) <-> gate_proj.weight, up_proj.weight (HF). Works on plain tensors
+    and on FSDP2's DTensors (see _rows_local)."""
 
     def save(mod, state, prefix, meta):
         w = state.pop(prefix + attr, None)
         if w is not None:
-            gate, up = layout.deinterleave_gate_up(w)
+            gate, up = layout.deinterleave_gate_up(_rows_local(w))
             state[prefix + "gate_proj.weight"] = gate.contiguous()
             state[prefix + "up_proj.weight"] = up.contiguous()
 
     def load(state, prefix, meta, strict, missing, unexpected, errors):
         g, u = prefix + "gate_proj.weight", prefix + "up_proj.weight"
         if g in state and u in state:
-            state[prefix + attr] = layout.interleave_gate_up(state.pop(g), state.pop(u))
+            w = layout.interleave_gate_up(_rows_local(state.pop(g)), _rows_local(state.pop(u)))
+            state[prefix + attr] = _like_param(w, getattr(module, attr))
 
     module.register_state_dict_post_hook(save)
     module._register_load_state_dict_pre_hook(load)
@@ -58,18 +116,20 @@ def _hf_gate_up_hooks(module, attr):
 
 def _hf_qkv_hooks(module, attr, n_q_heads, n_kv_heads, head_dim, key_prefix=""):
     """state_dict: `attr` (CODA W_qkv) <-> {key_prefix}q_proj.weight, k_proj.weight, v_proj.weight (HF
-    rotate-half)."""
+    rotate-half). Works on plain tensors and on FSDP2's DTensors (see _rows_local)."""
 
     def save(mod, state, prefix, meta):
         w = state.pop(prefix + attr, None)
         if w is not None:
-            for name, t in zip(("q", "k", "v"), layout.split_qkv_weight(w, n_q_heads, n_kv_heads, head_dim)):
+            for name, t in zip(("q", "k", "v"),
+                               layout.split_qkv_weight(_rows_local(w), n_q_heads, n_kv_heads, head_dim)):
                 state[f"{prefix}{key_prefix}{name}_proj.weight"] = t.contiguous()
 
     def load(state, prefix, meta, strict, missing, unexpected, errors):
         keys = [f"{prefix}{key_prefix}{n}_proj.weight" for n in ("q", "k", "v")]
         if all(k in state for k in keys):
-            state[prefix + attr] = layout.qkv_weight(*(state.pop(k) for k in keys), head_dim)
+            w = layout.qkv_weight(*(_rows_local(state.pop(k)) for k in keys), head_dim)
+            state[prefix + attr] = _like_param(w, getattr(module, attr))
 
     module.register_state_dict_post_hook(save)
     module._register_load_state_dict_pre_hook(load)
@@ -87,6 +147,7 @@ class SwiGLUMLP(nn.Module):
         self.w_gu = _randn((2 * intermediate_size, hidden_size), 1 / math.sqrt(hidden_size), dtype, device)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False, dtype=dtype, device=device)
         _hf_gate_up_hooks(self, "w_gu")
+        _full_to_shard_hook(self)
 
     def forward(self, x, cache=None, next_gamma=None):
         return ops.swiglu_mlp(x, _w(self.norm_weight, x), _w(self.w_gu, x), _w(self.down_proj.weight, x),
@@ -105,6 +166,7 @@ class RMSNormQKVRope(nn.Module):
         self.w_qkv = _randn(((n_q_heads + 2 * n_kv_heads) * head_dim, hidden_size), 1 / math.sqrt(hidden_size),
                             dtype, device)
         _hf_qkv_hooks(self, "w_qkv", n_q_heads, n_kv_heads, head_dim)
+        _full_to_shard_hook(self)
 
     def forward(self, x, positions, inv_freq, cache=None):
         return ops.rms_norm_qkv_rope(x, _w(self.norm_weight, x), _w(self.w_qkv, x), positions, inv_freq,
@@ -132,6 +194,7 @@ class LlamaBlock(nn.Module):
         self.next_w_qkv = _randn(((n_q_heads + 2 * n_kv_heads) * head_dim, d), 1 / math.sqrt(d), dtype, device)
         _hf_gate_up_hooks(self, "w_gu")
         _hf_qkv_hooks(self, "next_w_qkv", n_q_heads, n_kv_heads, head_dim, key_prefix="next_")
+        _full_to_shard_hook(self)
 
     def forward(self, y0, x0, positions, inv_freq):
         return ops.block(y0, x0, _w(self.o_proj.weight, x0), _w(self.post_attention_layernorm.weight, x0),

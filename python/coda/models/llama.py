@@ -8,18 +8,26 @@
 Parameters are held in CODA's layouts (W_qkv fused with q/k rows RoPE-paired, W_gu interleaved); state_dict() gives
 HF names and layouts (q_proj/k_proj/v_proj, gate_proj/up_proj), so checkpoints go both ways unchanged. Attention is
 torch.nn.functional.scaled_dot_product_attention (causal); every other op is a CODA kernel (coda.models.stack).
+
+Two paths, the same math. Plain layers run fused across layer boundaries: one `block` op takes layer i's MLP and
+layer i+1's norm and q/k/v. Layers that something wraps or hooks (torch.distributed.fsdp.fully_shard per layer,
+checkpoint_wrapper, forward hooks) are called one by one instead (LlamaLayer.forward), each on its own weights only:
+FSDP2 gathers a layer's weights around that call and frees them after, which a block reading the next layer's
+weights would break. That path costs one rmsnorm_prepare per layer (a read of the activations).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
 
 from .. import nn as cnn
-from .stack import LayerWeights, cast, causal_lm_head, run_layers
+from .. import ops
+from .stack import LayerWeights, attention, cast, causal_lm_head, run_layers
 from .stack import compute_dtype as stack_compute_dtype
 
 
@@ -99,15 +107,52 @@ class _MLP(nn.Module):
         cnn._hf_gate_up_hooks(self, "w_gu")
 
 
-class LlamaLayer(nn.Module):
-    """One decoder layer's parameters (HF names: input_layernorm, self_attn, post_attention_layernorm, mlp)."""
+# FSDP2 warns when a wrapped module returns a view, in case the caller modifies it in place (which would skip its
+# pre-backward hook). A layer's output is the reshape of its last op's [tokens, d] result, and LlamaForCausalLM only
+# passes it to the next op, never in place.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPLlamaLayer\) returned a view tensor")
 
-    def __init__(self, cfg, dtype=None, device=None):
+
+class _RopeFrequencies:
+    """inv_freq [hd/2] fp32, cached per device. Not a buffer: model.to(torch.bfloat16) would round the frequencies,
+    and neither is it a forward argument: FSDP2's mixed precision casts floating inputs to the parameter dtype."""
+
+    def __init__(self, cfg):
+        self.cpu = rope_inv_freq(cfg)
+        self.on = {}
+
+    def __call__(self, device):
+        if device not in self.on:
+            self.on[device] = self.cpu.to(device)
+        return self.on[device]
+
+
+class LlamaLayer(nn.Module):
+    """One decoder layer (HF names: input_layernorm, self_attn, post_attention_layernorm, mlp).
+    forward(x [B, S, d], positions [B, S] int32, attention_mask=None, dropout=0.0) -> x_out [B, S, d], on this
+    layer's weights only (the path for wrapped layers: see the module's docstring)."""
+
+    def __init__(self, cfg, dtype=None, device=None, rope=None):
         super().__init__()
         self.input_layernorm = cnn._Norm(cfg.hidden_size, dtype, device)
         self.self_attn = _Attention(cfg, dtype, device)
         self.post_attention_layernorm = cnn._Norm(cfg.hidden_size, dtype, device)
         self.mlp = _MLP(cfg, dtype, device)
+        self.heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+        self.eps = cfg.rms_norm_eps
+        self._rope = rope or _RopeFrequencies(cfg)
+
+    def forward(self, x, positions, attention_mask=None, dropout=0.0):
+        hq, hkv, hd = self.heads
+        eps, w = self.eps, self.weights(x.dtype)
+        inv_freq = self._rope(x.device)
+        # The previous layer ends on its own weights, so this norm's cache starts here (the fused path gets it from
+        # the block before, which also holds this layer's gamma).
+        qkv = ops.rms_norm_qkv_rope(x, w.gamma_in, w.w_qkv, positions, inv_freq, hq, hkv, hd, eps,
+                                    cache=ops.rmsnorm_prepare(x, w.gamma_in, eps))
+        y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
+        x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, w.w_o, x, w.gamma_post, eps)
+        return ops.swiglu_mlp(x1, w.gamma_post, w.w_gu, w.w_down, eps, cache=(h1, rstd1))[0]
 
     def weights(self, dtype) -> LayerWeights:
         c = lambda p: p if p.dtype == dtype else p.to(dtype)  # noqa: E731
@@ -118,17 +163,19 @@ class LlamaLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, cfg, dtype=None, device=None):
         super().__init__()
+        self._rope = _RopeFrequencies(cfg)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
-        self.layers = nn.ModuleList(LlamaLayer(cfg, dtype, device) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(LlamaLayer(cfg, dtype, device, self._rope) for _ in range(cfg.num_hidden_layers))
         self.norm = cnn._Norm(cfg.hidden_size, dtype, device)
-        # Not a buffer: model.to(torch.bfloat16) would round the frequencies. Cached per device.
-        self._inv_freq = rope_inv_freq(cfg)
-        self._inv_freq_on = {}
 
     def inv_freq(self, device):
-        if device not in self._inv_freq_on:
-            self._inv_freq_on[device] = self._inv_freq.to(device)
-        return self._inv_freq_on[device]
+        return self._rope(device)
+
+    def fused(self):
+        """True when every layer is a plain LlamaLayer without forward hooks: then the layers run fused across
+        their boundaries; otherwise each layer's (wrapped) forward is called."""
+        return all(type(layer) is LlamaLayer and not (layer._forward_hooks or layer._forward_pre_hooks)
+                   for layer in self.layers)
 
 
 class CausalLMOutput(NamedTuple):
@@ -151,6 +198,7 @@ class LlamaForCausalLM(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.reset_parameters()
+        cnn._full_to_shard_hook(self)
 
     @torch.no_grad()
     def reset_parameters(self):
@@ -171,11 +219,18 @@ class LlamaForCausalLM(nn.Module):
         B, S, _ = x.shape
         if position_ids is None:
             position_ids = torch.arange(S, device=x.device)[None, :]
-        layers = [layer.weights(x.dtype) for layer in self.model.layers]
         gamma_f = self.model.norm.weight.to(x.dtype)
-        x, norm_cache = run_layers(x, position_ids.expand(B, S), self.model.inv_freq(x.device), layers, gamma_f, attention_mask,
-                                   cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps,
-                                   cfg.attention_dropout if self.training else 0.0)
+        dropout = cfg.attention_dropout if self.training else 0.0
+        if self.model.fused():
+            layers = [layer.weights(x.dtype) for layer in self.model.layers]
+            x, norm_cache = run_layers(x, position_ids.expand(B, S), self.model.inv_freq(x.device), layers, gamma_f,
+                                       attention_mask, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+                                       cfg.rms_norm_eps, dropout)
+        else:
+            positions = position_ids.expand(B, S).to(torch.int32).contiguous()
+            for layer in self.model.layers:
+                x = layer(x, positions, attention_mask, dropout)
+            norm_cache = ops.rmsnorm_prepare(x, gamma_f, cfg.rms_norm_eps)
         loss, logits = causal_lm_head(x, norm_cache, gamma_f, self.lm_head.weight.to(x.dtype), cfg.rms_norm_eps,
                                       labels, num_items_in_batch, logits_to_keep)
         return CausalLMOutput(loss, logits)
