@@ -269,6 +269,122 @@ class GpuSampler:
                     power_max_w=max(power), temp_max_c=max(temp), telemetry_samples=len(vals))
 
 
+def warm_for(fn, seconds, device="cuda", in_flight=4):
+    """Calls fn back to back for at least `seconds` of wall time (PROTOCOL.md: each contender is warmed >= 2 s before
+    it is timed, so the clock has settled at its sustained-load value) and returns the mean milliseconds per call
+    over that time (at least one call). On the GPU at most `in_flight` calls are queued ahead of the one finished
+    (a CUDA event after each), so the wall time follows the GPU's, not the CPU's enqueueing."""
+    cuda = is_cuda(device)
+    pending = []
+    calls = 0
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        if cuda:
+            e = torch.cuda.Event()
+            e.record()
+            pending.append(e)
+            if len(pending) > in_flight:
+                pending.pop(0).synchronize()
+        if time.perf_counter() - t0 >= seconds:
+            break
+    if cuda:
+        torch.cuda.synchronize()
+    return 1e3 * (time.perf_counter() - t0) / calls
+
+
+class NvmlSampler:
+    """SM clock (MHz) and board power (W) of the current GPU, read through pynvml (nvidia-ml-py) by a background
+    thread every `period_s` while the `with` block runs, plus once at its start and once at its end: `.summary()`
+    gives clock_mhz / watts (means), clock_min_mhz and watts_max, and the sample count, or {} where pynvml or a CUDA
+    GPU is missing. Lighter than GpuSampler (no nvidia-smi process per block), so it fits one timing of a few
+    hundred milliseconds. NVML's power reading is itself an average over a short window of the driver's."""
+
+    _handles = {}  # CUDA device index -> (pynvml, handle), or None where NVML is not usable
+
+    def __init__(self, period_s=0.01):
+        self.period_s, self.samples = period_s, []
+        self._thread = self._stop = self._handle = self._nvml = None
+
+    def _open(self):
+        if not torch.cuda.is_available():
+            return None
+        dev = torch.cuda.current_device()
+        if dev not in NvmlSampler._handles:
+            NvmlSampler._handles[dev] = self._find(dev)
+        got = NvmlSampler._handles[dev]
+        if got is None:
+            return None
+        self._nvml, handle = got
+        return handle
+
+    @staticmethod
+    def _find(dev):
+        """(pynvml, the NVML handle of CUDA device dev: by UUID, which CUDA_VISIBLE_DEVICES does not renumber,
+        else by index), or None."""
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+        except Exception:  # ImportError: nvidia-ml-py is not installed; NVMLError: no driver
+            return None
+        try:
+            uuid = getattr(torch.cuda.get_device_properties(dev), "uuid", None)
+        except Exception:
+            uuid = None
+        if uuid:
+            for key in (f"GPU-{uuid}", f"GPU-{uuid}".encode()):  # str in current pynvml, bytes in older ones
+                try:
+                    return pynvml, pynvml.nvmlDeviceGetHandleByUUID(key)
+                except Exception:
+                    continue
+        try:
+            return pynvml, pynvml.nvmlDeviceGetHandleByIndex(dev)
+        except Exception:
+            return None
+
+    def _sample(self):
+        try:
+            clock = self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM)
+            watts = self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
+        except Exception:
+            return
+        self.samples.append((float(clock), float(watts)))
+
+    def __enter__(self):
+        import threading
+        self.samples = []
+        self._handle = self._open()
+        if self._handle is None:
+            return self
+        self._sample()
+        self._stop = threading.Event()
+
+        def loop():
+            while not self._stop.wait(self.period_s):
+                self._sample()
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self._sample()
+        return False
+
+    def summary(self):
+        if not self.samples:
+            return {}
+        clock, watts = zip(*self.samples)
+        return dict(clock_mhz=statistics.mean(clock), clock_min_mhz=min(clock), watts=statistics.mean(watts),
+                    watts_max=max(watts), nvml_samples=len(self.samples))
+
+
 def short_kernel_name(name: str) -> str:
     """A readable label for a CUTLASS kernel's mangled name: schedule, wgmma atom, cluster scheduler and the CODA
     epilogue nodes / ops it instantiates ("plain" when none); other names are cut to 90 characters."""
