@@ -4,7 +4,9 @@ What changes: the model's forward (training and full-sequence inference) runs as
   embeddings -> rmsnorm_prepare + rms_norm_qkv_rope (layer 0's q/k/v)
   for each layer: SDPA attention -> block (o-proj + residual + norm + SwiGLU MLP + residual + next layer's norm and
   q/k/v, one autograd node) ... the last layer ends in the final norm + LM head + loss (linear_cross_entropy: the
-  logits are never materialised when labels are given).
+  logits are never materialised when labels are given). When the decoder layers are wrapped or hooked (FSDP2's
+  fully_shard per layer, checkpoint_wrapper, hooks) or HF's gradient checkpointing is on, each layer is called
+  through its module with CODA's per-layer forward instead (stack.layer_forward), so the wrappers act on it.
 What stays: the parameters (same tensors, HF layout: state_dict, save_pretrained, optimizers and tied embeddings
 are untouched; the CODA layouts are built from them on each forward, a weight-sized gather whose gradient autograd
 maps back), the config (rope scaling through the model's own inv_freq, rms_norm_eps, tie_word_embeddings), and
@@ -13,12 +15,15 @@ original forward on the same weights.
 """
 from __future__ import annotations
 
+import functools
 import types
+from typing import NamedTuple
 
 import torch
+import torch.utils.checkpoint
 
 from . import layout, ops
-from .models.stack import LayerWeights, cast, causal_lm_head, compute_dtype, run_layers
+from .models.stack import LayerWeights, cast, causal_lm_head, compute_dtype, layer_forward, run_layers
 
 
 def _unsupported(config):
@@ -56,6 +61,11 @@ def patch_llama(model):
                          "'llama3' and 'linear' scaling are, 'yarn' is not)")
     model._coda_original_forward = model.forward
     model.forward = types.MethodType(_forward, model)
+    for layer in _decoder_layers(model):
+        layer._coda_own_forward = layer.__dict__.get("forward")  # an instance forward set before the patch, if any
+        layer._coda_inv_freq = functools.partial(_inv_freq, model.model.rotary_emb)
+        layer.forward = types.MethodType(_layer_forward, layer)
+    model._coda_layer_type = type(_decoder_layers(model)[0]) if len(model.model.layers) else None
     return model
 
 
@@ -65,7 +75,73 @@ def unpatch_llama(model):
     if original is not None:
         model.forward = original
         model._coda_original_forward = None
+        for layer in _decoder_layers(model):
+            if "_coda_own_forward" in layer.__dict__:
+                own = layer.__dict__.pop("_coda_own_forward")
+                layer.__dict__.pop("_coda_inv_freq", None)
+                if own is None:
+                    layer.__dict__.pop("forward", None)
+                else:
+                    layer.forward = own
     return model
+
+
+def _decoder_layers(model):
+    """The decoder layers themselves (inside a checkpoint_wrapper when one was applied before the patch)."""
+    return [getattr(layer, "_checkpoint_wrapped_module", layer)
+            for layer in model.model.layers[: model.config.num_hidden_layers]]
+
+
+class _LayerCall(NamedTuple):
+    """CODA's per-layer arguments, passed to a decoder layer as one keyword. The RoPE frequencies are not among them:
+    FSDP2's mixed precision casts floating inputs to bf16; each layer reads them from the model (_inv_freq)."""
+    positions: torch.Tensor
+    attention_mask: object
+    heads: tuple
+    eps: float
+    dropout: float
+
+
+def _layer_forward(self, *args, _coda=None, **kwargs):
+    """A decoder layer's forward after patch_llama: CODA's (stack.layer_forward) when the patched model calls it with
+    `_coda`, HF's own otherwise (decoding with a KV cache). Called through the module, so FSDP2's gather and free and
+    a checkpoint wrapper act on it; HF's gradient checkpointing flag is honoured here."""
+    if _coda is None:  # through the class, so wrappers of the class's forward (HF's checkpointing) still apply
+        own = self._coda_own_forward
+        return own(*args, **kwargs) if own is not None else type(self).forward(self, *args, **kwargs)
+    (x,) = args
+
+    def run(x):
+        hq, hkv, hd = _coda.heads
+        inv_freq = self._coda_inv_freq(x.device)
+        return layer_forward(x, _coda.positions, inv_freq, _layer_weights(self, hd, x.dtype), _coda.attention_mask,
+                             hq, hkv, hd, _coda.eps, _coda.dropout)
+
+    if getattr(self, "gradient_checkpointing", False) and self.training and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(run, x, use_reentrant=False)
+    return run(x)
+
+
+def _inv_freq(rotary_emb, device):
+    return rotary_emb.inv_freq.to(device)
+
+
+def _layer_weights(layer, hd, dt):
+    """One HF decoder layer's weights in CODA's layouts and the compute dtype (a weight-sized gather per forward,
+    whose gradient autograd maps back to the HF parameters)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return LayerWeights(*(cast(t, dt) for t in (
+        layer.input_layernorm.weight, layout.qkv_weight(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, hd),
+        attn.o_proj.weight, layer.post_attention_layernorm.weight,
+        layout.interleave_gate_up(mlp.gate_proj.weight, mlp.up_proj.weight), mlp.down_proj.weight)))
+
+
+def _per_layer(model, layers):
+    """True when the decoder layers must run one by one (each on its own weights): something wraps or hooks them
+    (torch.distributed.fsdp.fully_shard per layer, checkpoint_wrapper, forward hooks), or HF's gradient
+    checkpointing is on. Otherwise run_layers fuses across layer boundaries."""
+    return any(type(layer) is not model._coda_layer_type or layer._forward_hooks or layer._forward_pre_hooks
+               or getattr(layer, "gradient_checkpointing", False) for layer in layers)
 
 
 def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
@@ -97,16 +173,19 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
     B, S, _ = x.shape
     if position_ids is None:
         position_ids = torch.arange(S, device=x.device)[None, :]
-    layers = [LayerWeights(*(cast(t, dt) for t in (
-        layer.input_layernorm.weight,
-        layout.qkv_weight(layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight,
-                          hd),
-        layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
-        layout.interleave_gate_up(layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight), layer.mlp.down_proj.weight)))
-              for layer in body.layers[: cfg.num_hidden_layers]]
     gamma_f = cast(body.norm.weight, dt)
-    x, norm_cache = run_layers(x, position_ids.expand(B, S), body.rotary_emb.inv_freq.to(x.device), layers,
-                               gamma_f, attention_mask, hq, hkv, hd, eps, cfg.attention_dropout if self.training else 0.0)
+    dropout = cfg.attention_dropout if self.training else 0.0
+    modules = body.layers[: cfg.num_hidden_layers]
+    if _per_layer(self, modules):
+        call = _LayerCall(position_ids.expand(B, S).to(torch.int32).contiguous(), attention_mask, (hq, hkv, hd), eps,
+                          dropout)
+        for module in modules:
+            x = module(x, _coda=call)
+        norm_cache = ops.rmsnorm_prepare(x, gamma_f, eps)
+    else:
+        layers = [_layer_weights(layer, hd, dt) for layer in modules]
+        x, norm_cache = run_layers(x, position_ids.expand(B, S), body.rotary_emb.inv_freq.to(x.device), layers,
+                                   gamma_f, attention_mask, hq, hkv, hd, eps, dropout)
     loss, logits = causal_lm_head(x, norm_cache, gamma_f, cast(self.lm_head.weight, dt), eps, labels,
                                   kwargs.get("num_items_in_batch"), logits_to_keep)
     return_dict = kwargs.get("return_dict")

@@ -395,8 +395,8 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
 
     logits [..., V] bf16/fp16 (CUDA) or any float (CPU), any V and row stride (rows that are not 16-byte vectors
     take a slower scalar path); targets [...] int64/int32. Returns the fp32 loss ([] for mean/sum, [...] for none);
-    finite for any finite logits (the row max is subtracted before any scaling). The backward recomputes the softmax from the logits (nothing [.., V] is saved
-    besides the logits themselves).
+    finite for any finite logits (the row max is subtracted before any scaling). The backward recomputes the
+    softmax from the logits (nothing [.., V] is saved besides the logits themselves).
     """
     op = "cross_entropy"
     check.tensor(op, "logits", logits, floating=True)

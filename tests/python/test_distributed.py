@@ -178,7 +178,8 @@ def scenario_checkpoint_roundtrip(ctx):
 
 
 def scenario_patch_llama(ctx):
-    """coda.patch_llama'd transformers model under DDP and under root-level fully_shard."""
+    """coda.patch_llama'd transformers model under DDP, root-level fully_shard, and fully_shard per decoder layer
+    (the layers then run one by one through their modules: FSDP2 gathers each layer's weights around its call)."""
     import transformers
     from torch.nn.parallel import DistributedDataParallel as DDP
     from test_hf import hf_config, random_model
@@ -193,6 +194,10 @@ def scenario_patch_llama(ctx):
     _shard(m, per_layer=False)
     l_f, g_f = loss_and_grads(m, mine)
     out["fsdp_root"] = dict(loss=_mean_loss(l_f), ref_loss=l_ref.item(), grad=worst(g_f, g_ref))
+    m = copy.deepcopy(ref)
+    _shard(m)
+    l_p, g_p = loss_and_grads(m, mine)
+    out["fsdp"] = dict(loss=_mean_loss(l_p), ref_loss=l_ref.item(), grad=worst(g_p, g_ref))
     out["transformers"] = transformers.__version__
     return out
 
@@ -287,6 +292,7 @@ def test_cpu_gloo_patch_llama(results):
     r = get(results, "patch_llama")
     check_equal(r["ddp"])
     check_equal(r["fsdp_root"])
+    check_equal(r["fsdp"])
 
 
 # ---- activation checkpointing (one process) ------------------------------------------------------------------------
@@ -338,7 +344,8 @@ def test_cpu_checkpoint_wrapper_and_selective_checkpointing():
     sac = partial(checkpoint_wrapper, context_fn=partial(create_selective_checkpoint_contexts, save_coda_ops))
     for wrapper in (checkpoint_wrapper, sac):
         m = model()
-        apply_activation_checkpointing(m, checkpoint_wrapper_fn=wrapper, check_fn=lambda mod: isinstance(mod, LlamaLayer))
+        apply_activation_checkpointing(m, checkpoint_wrapper_fn=wrapper,
+                                       check_fn=lambda mod: isinstance(mod, LlamaLayer))
         assert not m.model.fused()
         l_c, g_c = loss_and_grads(m, ids)
         assert abs(l_c.item() - l_ref.item()) <= TIGHT * abs(l_ref.item())
@@ -349,22 +356,38 @@ def test_cpu_checkpoint_wrapper_and_selective_checkpointing():
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # transformers 5 renames it activation_checkpointing_enable
-def test_cpu_patch_llama_with_gradient_checkpointing_enable():
-    """HF's gradient_checkpointing_enable() on a patched model: training still works with the same gradients. The
-    patched forward does not call the decoder layers, so HF's per-layer checkpointing is not applied there (the
-    block's memory is what CODA's saved tensors take); docs/PYTHON.md says so."""
+def test_cpu_patch_llama_with_gradient_checkpointing_enable(monkeypatch):
+    """HF's gradient_checkpointing_enable() (before or after the patch) and checkpoint_wrapper around the decoder
+    layers: the patched model then calls its layers one by one, each checkpointed, with the fused model's loss and
+    gradients; unpatch_llama gives the layers back their HF forward."""
     pytest.importorskip("transformers")
+    import torch.utils.checkpoint as tuc
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (apply_activation_checkpointing,
+                                                                             checkpoint_wrapper)
     from test_hf import hf_config, random_model
     ref = random_model(hf_config()).double()
     ids = batch()
-    a = coda.patch_llama(copy.deepcopy(ref))
-    b = copy.deepcopy(ref)
-    b.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    b = coda.patch_llama(b)
-    l_a, g_a = loss_and_grads(a, ids)
-    l_b, g_b = loss_and_grads(b, ids)
-    assert l_a.item() == l_b.item()
-    assert all(torch.equal(g_a[n], g_b[n]) for n in g_a)
+    l_a, g_a = loss_and_grads(coda.patch_llama(copy.deepcopy(ref)), ids)
+    calls = []
+    plain = tuc.checkpoint
+    monkeypatch.setattr(tuc, "checkpoint", lambda *a, **k: calls.append(1) or plain(*a, **k))
+    before = copy.deepcopy(ref)
+    before.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    after = coda.patch_llama(copy.deepcopy(ref))
+    after.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    wrapped = copy.deepcopy(ref)
+    apply_activation_checkpointing(wrapped, checkpoint_wrapper_fn=checkpoint_wrapper,
+                                   check_fn=lambda mod: type(mod).__name__ == "LlamaDecoderLayer")
+    cases = ((coda.patch_llama(before), ""), (after, ""), (coda.patch_llama(wrapped), "_checkpoint_wrapped_module."))
+    for m, strip in cases:
+        calls.clear()
+        l_b, g_b = loss_and_grads(m, ids)
+        assert len(calls) >= 3 or strip  # one checkpoint per layer (checkpoint_wrapper calls its own function)
+        assert abs(l_b.item() - l_a.item()) <= TIGHT * abs(l_a.item())
+        err, name = worst(g_b, g_a, strip=strip)
+        assert err <= TIGHT, name
+    coda.unpatch_llama(after)
+    assert "forward" not in after.model.layers[0].__dict__
 
 
 # ---- GPU: world size 1, NCCL -------------------------------------------------------------------------------------

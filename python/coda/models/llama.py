@@ -27,7 +27,7 @@ from torch import nn
 
 from .. import nn as cnn
 from .. import ops
-from .stack import LayerWeights, attention, cast, causal_lm_head, run_layers
+from .stack import LayerWeights, cast, causal_lm_head, layer_forward, run_layers
 from .stack import compute_dtype as stack_compute_dtype
 
 
@@ -143,16 +143,8 @@ class LlamaLayer(nn.Module):
         self._rope = rope or _RopeFrequencies(cfg)
 
     def forward(self, x, positions, attention_mask=None, dropout=0.0):
-        hq, hkv, hd = self.heads
-        eps, w = self.eps, self.weights(x.dtype)
-        inv_freq = self._rope(x.device)
-        # The previous layer ends on its own weights, so this norm's cache starts here (the fused path gets it from
-        # the block before, which also holds this layer's gamma).
-        qkv = ops.rms_norm_qkv_rope(x, w.gamma_in, w.w_qkv, positions, inv_freq, hq, hkv, hd, eps,
-                                    cache=ops.rmsnorm_prepare(x, w.gamma_in, eps))
-        y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
-        x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, w.w_o, x, w.gamma_post, eps)
-        return ops.swiglu_mlp(x1, w.gamma_post, w.w_gu, w.w_down, eps, cache=(h1, rstd1))[0]
+        return layer_forward(x, positions, self._rope(x.device), self.weights(x.dtype), attention_mask, *self.heads,
+                             self.eps, dropout)
 
     def weights(self, dtype) -> LayerWeights:
         c = lambda p: p if p.dtype == dtype else p.to(dtype)  # noqa: E731

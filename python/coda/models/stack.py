@@ -78,6 +78,18 @@ def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, 
     return x, norm_cache
 
 
+def layer_forward(x, positions, inv_freq, w, attention_mask, hq, hkv, hd, eps, dropout=0.0):
+    """One decoder layer on its own weights (LayerWeights w): x [B, S, d] -> x_out [B, S, d]; positions [B, S] int32.
+    The path for layers called one by one (FSDP2 per layer, checkpoint wrappers, hooks, HF's gradient
+    checkpointing): FSDP2 gathers a layer's weights around that call only, so nothing may read the next layer's.
+    Costs one rmsnorm_prepare per layer (a read of the activations) over run_layers' cross-layer blocks."""
+    qkv = ops.rms_norm_qkv_rope(x, w.gamma_in, w.w_qkv, positions, inv_freq, hq, hkv, hd, eps,
+                                cache=ops.rmsnorm_prepare(x, w.gamma_in, eps))
+    y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
+    x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, w.w_o, x, w.gamma_post, eps)
+    return ops.swiglu_mlp(x1, w.gamma_post, w.w_gu, w.w_down, eps, cache=(h1, rstd1))[0]
+
+
 def causal_lm_head(x, norm_cache, gamma_final, w_head, eps, labels=None, num_items_in_batch=None, logits_to_keep=0):
     """-> (loss, logits). With labels: HF's shifted next-token loss (labels -100 ignored; mean over the other tokens,
     or sum / num_items_in_batch), logits None (never materialised). Without: logits [B, S', V] for the last
