@@ -114,12 +114,43 @@ def _layer_forward(self, *args, _coda=None, **kwargs):
     def run(x):
         hq, hkv, hd = _coda.heads
         inv_freq = self._coda_inv_freq(x.device)
-        return layer_forward(x, _coda.positions, inv_freq, _layer_weights(self, hd, x.dtype), _coda.attention_mask,
-                             hq, hkv, hd, _coda.eps, _coda.dropout)
+        w = _layer_weights(self, hd, x.dtype)
+        with _layout_copies_recomputed(self, w, hd, x.dtype):
+            return layer_forward(x, _coda.positions, inv_freq, w, _coda.attention_mask, hq, hkv, hd, _coda.eps,
+                                 _coda.dropout)
 
     if getattr(self, "gradient_checkpointing", False) and self.training and torch.is_grad_enabled():
         return torch.utils.checkpoint.checkpoint(run, x, use_reentrant=False)
     return run(x)
+
+
+def _layout_copies_recomputed(layer, w, hd, dt):
+    """Saved-tensor hooks under which the ops keep, instead of the layer's W_qkv and W_gu in CODA's layouts (copies
+    of HF's q/k/v and gate/up weights), a recipe that rebuilds them in the backward. Under fully_shard per layer the
+    copies would otherwise stay unsharded until the backward; FSDP2 gathers the HF weights again before the layer's
+    backward runs, which is when the recipe reads them. Costs one more weight-sized copy in the backward."""
+    attn, mlp = layer.self_attn, layer.mlp
+    q, k, v, g, u = attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, mlp.gate_proj.weight, mlp.up_proj.weight
+    copies = ((w.w_qkv, lambda: layout.qkv_weight(q, k, v, hd)), (w.w_gu, lambda: layout.interleave_gate_up(g, u)))
+
+    def pack(t):
+        for copy, build in copies:
+            if t is copy:
+                return _Rebuild(build, dt)
+        return t
+
+    def unpack(packed):
+        if isinstance(packed, _Rebuild):
+            with torch.no_grad():
+                return cast(packed.build(), packed.dtype)
+        return packed
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+class _Rebuild(NamedTuple):
+    build: object
+    dtype: torch.dtype
 
 
 def _inv_freq(rotary_emb, device):

@@ -470,3 +470,26 @@ def test_cpu_torchrun_train(tmp_path):
         assert "model.layers.1.mlp.gate_proj.weight" in keys and "model.layers.0.self_attn.k_proj.weight" in keys
     else:
         assert "pytorch_model.bin" in files, files
+
+
+def test_cpu_patch_llama_per_layer_keeps_no_layout_copies(monkeypatch):
+    """On the per-layer path (here: a forward hook on each decoder layer) the ops save a recipe instead of the W_qkv
+    and W_gu layout copies, rebuilt in the backward: no tensor of those shapes stays saved, gradients unchanged."""
+    pytest.importorskip("transformers")
+    import coda.hf as hf
+    from test_hf import hf_config, random_model
+    ref = random_model(hf_config()).double()
+    ids = batch()
+    l_a, g_a = loss_and_grads(coda.patch_llama(copy.deepcopy(ref)), ids)
+    m = coda.patch_llama(copy.deepcopy(ref))
+    for layer in m.model.layers:
+        layer.register_forward_hook(lambda *a: None)
+    rebuilt = []
+    unpatched = hf._Rebuild.__new__
+    monkeypatch.setattr(hf._Rebuild, "__new__", lambda cls, *a: rebuilt.append(1) or unpatched(cls, *a))
+    l_b, g_b = loss_and_grads(m, ids)
+    cfg = ref.config
+    assert len(rebuilt) >= 2 * cfg.num_hidden_layers  # W_qkv and W_gu of every layer
+    assert abs(l_b.item() - l_a.item()) <= TIGHT * abs(l_a.item())
+    err, name = worst(g_b, g_a)
+    assert err <= TIGHT, name
