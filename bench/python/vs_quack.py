@@ -586,6 +586,17 @@ def _err(e):
     return f"{type(e).__name__}: {e}"[:300]
 
 
+def _first_call(fn, device):
+    """fn's first call (compiles, caches): -> (output, {"first_call_s"}) or (None, {"error"})."""
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+        _sync(device)
+    except Exception as e:
+        return None, {"error": _err(e)}
+    return out, {"first_call_s": time.perf_counter() - t0}
+
+
 def run_case(case, t, tol, device="cuda"):
     """Runs one case: first calls and output checks, the screen of the config short list (case.pinned), the warm-up
     of every contender, then t.rounds interleaved rounds. -> ({impl: result dict}, [screen result dicts]); a result
@@ -594,14 +605,9 @@ def run_case(case, t, tol, device="cuda"):
     kept = {}  # reference outputs, until every check is done
     refs = {ref for ref, _ in case.checks.values()}
     for impl, fn in list(case.fns.items()):
-        t0 = time.perf_counter()
-        try:
-            out = fn()
-            _sync(device)
-        except Exception as e:
-            res[impl] = {"error": _err(e)}
+        out, res[impl] = _first_call(fn, device)
+        if "error" in res[impl]:
             continue
-        res[impl]["first_call_s"] = time.perf_counter() - t0
         if impl in case.checks:
             ref, pairs = case.checks[impl]
             if ref in kept:
@@ -617,14 +623,9 @@ def run_case(case, t, tol, device="cuda"):
         s_measures, s_info = {}, {}
         check = case.checks.get("quack_best")
         for label, fn in case.pinned.items():
-            t0 = time.perf_counter()
-            try:
-                out = fn()
-                _sync(device)
-            except Exception as e:
-                s_info[label] = {"error": _err(e)}
+            out, s_info[label] = _first_call(fn, device)
+            if "error" in s_info[label]:
                 continue
-            s_info[label] = {"first_call_s": time.perf_counter() - t0}
             if check and check[0] in kept:
                 ok, worst, _ = agreement(out, kept[check[0]], check[1], tol)
                 s_info[label].update(agrees=ok, max_rel_err=worst)
