@@ -202,8 +202,44 @@ def scenario_patch_llama(ctx):
     return out
 
 
+def scenario_nn_modules(ctx):
+    """coda.nn.LlamaBlock (its RMSNormQKVRope and SwiGLUMLP inside) under fully_shard, each rank on half of the
+    rows: the mean output's gradients equal the single-process run's, and the sharded state dict (HF names, gate/up
+    and q/k/v split on each rank) equals the unsharded one."""
+    hq, hkv, hd, d, f = 4, 2, 64, 128, 256
+
+    def make():
+        torch.manual_seed(3)
+        return coda.nn.LlamaBlock(d, f, hq, hkv, hd, 1e-5, dtype=torch.float64)
+
+    g = torch.Generator().manual_seed(5)
+    y0 = torch.randn(2 * WORLD, 8, hq * hd, generator=g, dtype=torch.float64)
+    x0 = torch.randn(2 * WORLD, 8, d, generator=g, dtype=torch.float64)
+    pos = torch.arange(8, dtype=torch.int32).expand(2 * WORLD, 8).contiguous()
+    inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+
+    def run(m, rows):
+        m.zero_grad(set_to_none=True)
+        x2, qkv = m(y0[rows], x0[rows], pos[rows], inv.float())
+        loss = x2.mean() + qkv.mean()
+        loss.backward()
+        return loss.detach(), {n: _full(p.grad) for n, p in m.named_parameters()}
+
+    ref = make()
+    l_ref, g_ref = run(ref, slice(None))
+    n = 2 * WORLD // dist.get_world_size()
+    rank = dist.get_rank()
+    from torch.distributed.fsdp import fully_shard
+    m = fully_shard(make())
+    loss, grads = run(m, slice(rank * n, (rank + 1) * n))
+    sd_ref = ref.state_dict()
+    sd = {k: _full(v) for k, v in m.state_dict().items()}
+    state = max((sd[k] - sd_ref[k]).abs().max().item() for k in sd_ref) if sorted(sd) == sorted(sd_ref) else None
+    return dict(loss=_mean_loss(loss), ref_loss=l_ref.item(), grad=worst(grads, g_ref), state=state)
+
+
 SCENARIOS = [scenario_fsdp, scenario_fsdp_root, scenario_fsdp_checkpointed, scenario_ddp,
-             scenario_fsdp_mixed_precision, scenario_checkpoint_roundtrip, scenario_patch_llama]
+             scenario_fsdp_mixed_precision, scenario_checkpoint_roundtrip, scenario_patch_llama, scenario_nn_modules]
 
 
 def _worker(rank, world, out):
@@ -293,6 +329,12 @@ def test_cpu_gloo_patch_llama(results):
     check_equal(r["ddp"])
     check_equal(r["fsdp_root"])
     check_equal(r["fsdp"])
+
+
+def test_cpu_gloo_nn_modules(results):
+    r = get(results, "nn_modules")
+    check_equal(r)
+    assert r["state"] == 0.0  # HF names and values, gathered from the shards
 
 
 # ---- activation checkpointing (one process) ------------------------------------------------------------------------
