@@ -195,7 +195,8 @@ CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V);
  * A target outside [0,V) that is not ignore_index is an error that is reported without a host sync: that row's
  * loss, dlogits and zdz are NaN and it counts as a non-ignored row, so a mean or sum loss is NaN as well.
  * M == 0: nothing is launched; for mean/sum, loss_out is set to 0 (no workspace needed).
- * \param logits [M,V] bf16|fp16 row-major (raw, before softcap). \param targets [M] int32|int64.
+ * \param logits [M,V] bf16|fp16 row-major (raw, before softcap), any V and row stride (rows that are not
+ *        16-byte vectors take a slower scalar path). \param targets [M] int32|int64.
  * \param options NULL for coda_ce_options_default().
  * \param grad_loss NULL (upstream gradient 1), a [] fp32 scalar (mean/sum), or [M] fp32 (reduction none).
  *        g_m = grad_loss / (number of non-ignored rows) for mean, grad_loss for sum, grad_loss[m] for none.
@@ -246,8 +247,9 @@ CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, i
  *   non-ignored rows of the whole batch); then B2 with D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
  *   c = x rstd; dW += dl^T a (fp32, across chunks); dgamma = sum over chunks (fixed order, deterministic).
  * \param h [M,d] bf16|fp16: x * gamma as given to the forward (keep it, or recompute with coda_rmsnorm_prepare).
- * \param w [V,d] same dtype, V % 8 == 0. \param rstd [M] fp32 (the final norm's). \param x [M,d] same dtype (the
- *        residual stream the final norm normalised). \param gamma [d] same dtype. \param targets [M] int32|int64.
+ * \param w [V,d] same dtype, any V (V % 8 != 0: the chunks run on a zero-padded copy of w in the workspace).
+ * \param rstd [M] fp32 (the final norm's). \param x [M,d] same dtype (the residual stream the final norm
+ *        normalised). \param gamma [d] same dtype. \param targets [M] int32|int64.
  * \param options NULL for coda_ce_options_default(). \param grad_loss as coda_cross_entropy (NULL: 1).
  * \param chunk_rows rows per chunk, >= 1, or 0 for the default (2048: 0.5 GiB of bf16 dlogits at V = 128256).
  * \param dx_in NULL or [M,d]. \param dx_out [M,d] same dtype; may alias dx_in exactly (in place).
@@ -255,7 +257,8 @@ CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, i
  * \param loss_out NULL, or the loss as coda_linear_cross_entropy gives it ([] fp32 for mean/sum, [M] for none):
  *        a training step then needs no separate forward call (3 GEMMs of M x V x d per step instead of 4).
  * Workspace: coda_linear_cross_entropy_bwd_workspace_size(M, V, d, chunk_rows) bytes (one chunk of logits, a, zdz,
- * the per-row losses, the per-chunk dgamma rows and the ops' workspaces).
+ * the per-row losses, the per-chunk dgamma rows and the ops' workspaces; for V % 8 != 0 also the padded copy of w
+ * and an 8-row fp32 dW tail).
  */
 CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const coda_tensor* w,
                                                    const coda_tensor* rstd, const coda_tensor* x,

@@ -323,7 +323,7 @@ def parser():
                         "under the point where the small model memorises the corpus); bpe: a byte-level BPE trained "
                         "on the corpus (default: %(default)s)")
     p.add_argument("--vocab-size", type=int, default=4096, metavar="N",
-                   help="BPE vocabulary size, a multiple of 8 (with --tokenizer bpe; default: %(default)s)")
+                   help="BPE vocabulary size (with --tokenizer bpe; default: %(default)s)")
     p.add_argument("--config", choices=sorted(CONFIGS), default="small",
                    help="model shape: " + "; ".join(
                        f"{k}: d {v['hidden_size']}, {v['num_hidden_layers']} layers, {v['num_attention_heads']} "
@@ -380,8 +380,6 @@ def main(argv=None):
         from . import _C
         if not _C.device_supported():
             raise SystemExit("coda.train: libcoda cannot run here: " + (_C._load_error or "device not supported"))
-    if args.tokenizer == "bpe" and args.vocab_size % 8:
-        raise SystemExit(f"coda.train: --vocab-size must be a multiple of 8, got {args.vocab_size}")
     env = Dist(args.device)
     lead = env.rank == 0
     data = args.data or default_data()
