@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import types
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import torch
@@ -115,13 +116,24 @@ def _layer_forward(self, *args, _coda=None, **kwargs):
         hq, hkv, hd = _coda.heads
         inv_freq = self._coda_inv_freq(x.device)
         w = _layer_weights(self, hd, x.dtype)
-        with _layout_copies_recomputed(self, w, hd, x.dtype):
+        with _layout_copies_recomputed(self, w, hd, x.dtype) if not _saved_tensor_hooks_active() else nullcontext():
             return layer_forward(x, _coda.positions, inv_freq, w, _coda.attention_mask, hq, hkv, hd, _coda.eps,
                                  _coda.dropout)
 
     if getattr(self, "gradient_checkpointing", False) and self.training and torch.is_grad_enabled():
         return torch.utils.checkpoint.checkpoint(run, x, use_reentrant=False)
     return run(x)
+
+
+def _saved_tensor_hooks_active():
+    """True inside someone else's saved-tensor hooks (non-reentrant checkpointing: torch.utils.checkpoint,
+    checkpoint_wrapper, HF's gradient checkpointing; save_on_cpu) or while torch.compile traces. Only the innermost
+    hooks act, so the recipe's would take over from them (a checkpoint would then keep every activation); they
+    already keep no layout copy."""
+    if torch.compiler.is_compiling():  # not traced: the compiled graph keeps what it keeps
+        return True
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return True if top is None else top(False) is not None
 
 
 def _layout_copies_recomputed(layer, w, hd, dt):
