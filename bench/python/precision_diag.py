@@ -91,8 +91,8 @@ def main(argv=None):
                 del ref
                 hf = copy.deepcopy(base).cuda()
                 cm = coda.patch_llama(copy.deepcopy(base).cuda())
-                u_rows, c_rows = token_losses(hf, ids.cuda(), labels.cuda(), True), token_losses(cm, ids.cuda(), labels.cuda(), False)
-                valid = labels.flatten() != -100
+                u_rows = token_losses(hf, ids.cuda(), labels.cuda(), True)
+                c_rows = token_losses(cm, ids.cuda(), labels.cuda(), False)
                 valid = F.pad(labels, (0, 1), value=-100)[..., 1:].flatten() != -100
                 eu, ec = (u_rows - r_rows)[valid], (c_rows - r_rows)[valid]
                 for scale in (float(s) for s in a.loss_scale.split(",")):

@@ -101,6 +101,7 @@ class _LayerCall(NamedTuple):
     heads: tuple
     eps: float
     dropout: float
+    checkpoint: object  # None, or the model's checkpoint function (HF's gradient checkpointing, transformers < 4.52)
 
 
 def _layer_forward(self, *args, _coda=None, **kwargs):
@@ -120,9 +121,19 @@ def _layer_forward(self, *args, _coda=None, **kwargs):
             return layer_forward(x, _coda.positions, inv_freq, w, _coda.attention_mask, hq, hkv, hd, _coda.eps,
                                  _coda.dropout)
 
-    if getattr(self, "gradient_checkpointing", False) and self.training and torch.is_grad_enabled():
-        return torch.utils.checkpoint.checkpoint(run, x, use_reentrant=False)
+    checkpoint = _coda.checkpoint
+    if checkpoint is None and getattr(self, "gradient_checkpointing", False):  # transformers >= 4.52: per layer
+        checkpoint = _checkpoint_function(self)
+    if checkpoint is not None and self.training and torch.is_grad_enabled():
+        return checkpoint(run, x)
     return run(x)
+
+
+def _checkpoint_function(module):
+    """HF's checkpoint function of a module with gradient checkpointing on (its gradient_checkpointing_kwargs,
+    use_reentrant included), else torch's non-reentrant checkpoint."""
+    fn = getattr(module, "_gradient_checkpointing_func", None)
+    return fn if fn is not None else functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
 
 
 def _saved_tensor_hooks_active():
@@ -183,8 +194,9 @@ def _per_layer(model, layers):
     """True when the decoder layers must run one by one (each on its own weights): something wraps or hooks them
     (torch.distributed.fsdp.fully_shard per layer, checkpoint_wrapper, forward hooks), or HF's gradient
     checkpointing is on. Otherwise run_layers fuses across layer boundaries."""
-    return any(type(layer) is not model._coda_layer_type or layer._forward_hooks or layer._forward_pre_hooks
-               or getattr(layer, "gradient_checkpointing", False) for layer in layers)
+    return getattr(model.model, "gradient_checkpointing", False) or any(
+        type(layer) is not model._coda_layer_type or layer._forward_hooks or layer._forward_pre_hooks
+        or getattr(layer, "gradient_checkpointing", False) for layer in layers)
 
 
 def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
@@ -220,8 +232,10 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
     dropout = cfg.attention_dropout if self.training else 0.0
     modules = body.layers[: cfg.num_hidden_layers]
     if _per_layer(self, modules):
+        # transformers < 4.52 flags gradient checkpointing on the LlamaModel, later ones on each layer
+        model_checkpoint = _checkpoint_function(body) if getattr(body, "gradient_checkpointing", False) else None
         call = _LayerCall(position_ids.expand(B, S).to(torch.int32).contiguous(), attention_mask, (hq, hkv, hd), eps,
-                          dropout)
+                          dropout, model_checkpoint)
         for module in modules:
             x = module(x, _coda=call)
         norm_cache = ops.rmsnorm_prepare(x, gamma_f, eps)

@@ -6,8 +6,8 @@ Conventions (every function):
     (coda.layout.interleave_gate_up) and q/k rows RoPE-paired per head (coda.layout.pair_rope_rows); coda.nn and
     coda.patch_llama do this for you.
   - CUDA tensors run the sm_90 kernels: bfloat16 or float16 activations and weights (one dtype), fp32 statistics,
-    feature sizes multiples of 8. CPU tensors run the float64 PyTorch reference (any floating dtype; slow; for tests
-    and debugging). Mixing devices is an error.
+    input feature sizes (d, F) multiples of 8, any output size n and vocabulary V. CPU tensors run the float64
+    PyTorch reference (any floating dtype; slow; for tests and debugging). Mixing devices is an error.
   - Normalised inputs: ops that start with an RMSNorm take the un-normalised x, its gamma and eps, and optionally
     `cache=(h, rstd)` where h = x * gamma and rstd = 1/sqrt(mean(x^2) + eps) came out of the op before
     (linear_residual_rmsnorm, swiglu_mlp, rmsnorm_prepare). The cache is a forward-only shortcut: gradients flow to x

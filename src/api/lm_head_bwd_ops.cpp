@@ -75,8 +75,10 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   p.loss_rows = static_cast<float*>(take(static_cast<size_t>(M) * 4));
   p.count = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
   p.dgamma = static_cast<float*>(take(static_cast<size_t>(chunks * d) * 4));
+  // dW's GEMMs: [V8, d] and, for V % 8 != 0, the [8, d] tail (a skinny problem may take a stream-K workspace).
   p.op_ws_bytes = std::max({coda_linear_rowscale_workspace_size(C, Vp), coda_cross_entropy_workspace_size(C, V),
-                            coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(Vp, d, C)});
+                            coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(Vp, d, C),
+                            coda_gemm_workspace_size(V / 8 * 8, d, C), coda_gemm_workspace_size(8, d, C)});
   p.op_ws = take(p.op_ws_bytes);
   p.total = carve.used();
   return p;
@@ -196,8 +198,9 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       ce.zdz = p.zdz;
       ce.workspace = p.op_ws;
       coda::kernels::cross_entropy(ce, st);  // F6: per-row loss, dlogits in place, zdz
-      step(coda_linear_residual_rmsnorm_bwd(&logits, &w_use, &x_c, gamma, &rstd_c, &zdz, dx_in != nullptr ? &dx_in_c : nullptr,
-                                            1.0f, &dx_c, &a, &dgamma_c, p.op_ws, p.op_ws_bytes, stream),
+      step(coda_linear_residual_rmsnorm_bwd(&logits, &w_use, &x_c, gamma, &rstd_c, &zdz,
+                                            dx_in != nullptr ? &dx_in_c : nullptr, 1.0f, &dx_c, &a, &dgamma_c,
+                                            p.op_ws, p.op_ws_bytes, stream),
            "B2 (dgrad + final RMSNorm backward)");
       coda_tensor const a_t = transposed(a);
       if (V8 > 0) {

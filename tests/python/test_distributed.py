@@ -9,6 +9,7 @@ run every scenario; each test then checks its scenario's result. GPU: world size
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import socket
 import time
@@ -18,6 +19,7 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
+import torch.utils.checkpoint
 
 import coda
 from coda.models.llama import LlamaConfig, LlamaForCausalLM, LlamaLayer
@@ -403,16 +405,16 @@ def test_cpu_patch_llama_with_gradient_checkpointing_enable(monkeypatch):
     layers: the patched model then calls its layers one by one, each checkpointed, with the fused model's loss and
     gradients; unpatch_llama gives the layers back their HF forward."""
     pytest.importorskip("transformers")
-    import torch.utils.checkpoint as tuc
+    import coda.hf as hf
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (apply_activation_checkpointing,
                                                                              checkpoint_wrapper)
     from test_hf import hf_config, random_model
     ref = random_model(hf_config()).double()
     ids = batch()
     l_a, g_a = loss_and_grads(coda.patch_llama(copy.deepcopy(ref)), ids)
-    calls = []
-    plain = tuc.checkpoint
-    monkeypatch.setattr(tuc, "checkpoint", lambda *a, **k: calls.append(1) or plain(*a, **k))
+    calls = []  # CODA's per-layer forward: once per layer, and once more in the backward when checkpointed
+    plain = hf.layer_forward
+    monkeypatch.setattr(hf, "layer_forward", lambda *a, **k: calls.append(1) or plain(*a, **k))
     before = copy.deepcopy(ref)
     before.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     after = coda.patch_llama(copy.deepcopy(ref))
@@ -420,15 +422,19 @@ def test_cpu_patch_llama_with_gradient_checkpointing_enable(monkeypatch):
     wrapped = copy.deepcopy(ref)
     apply_activation_checkpointing(wrapped, checkpoint_wrapper_fn=checkpoint_wrapper,
                                    check_fn=lambda mod: type(mod).__name__ == "LlamaDecoderLayer")
-    import coda.hf as hf
     rebuilt = []
     unpatched = hf._Rebuild.__new__
     monkeypatch.setattr(hf._Rebuild, "__new__", lambda cls, *a: rebuilt.append(1) or unpatched(cls, *a))
-    cases = ((coda.patch_llama(before), ""), (after, ""), (coda.patch_llama(wrapped), "_checkpoint_wrapped_module."))
+    old = coda.patch_llama(copy.deepcopy(ref))  # transformers < 4.52 flags the LlamaModel, not its layers
+    old.model.gradient_checkpointing = True
+    old.model._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
+    old.train()
+    cases = ((coda.patch_llama(before), ""), (after, ""), (coda.patch_llama(wrapped), "_checkpoint_wrapped_module."),
+             (old, ""))
     for m, strip in cases:
         calls.clear()
         l_b, g_b = loss_and_grads(m, ids)
-        assert len(calls) >= 3 or strip  # one checkpoint per layer (checkpoint_wrapper calls its own function)
+        assert len(calls) == 2 * ref.config.num_hidden_layers  # every layer recomputed in the backward
         assert not rebuilt  # inside a checkpoint its hooks keep the tensors: the layout recipes would replace them
         assert abs(l_b.item() - l_a.item()) <= TIGHT * abs(l_a.item())
         err, name = worst(g_b, g_a, strip=strip)

@@ -323,6 +323,19 @@ def test_gpu_linear_cross_entropy(M, d, V, opts):
 
 
 @requires_gpu
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("M,d,V,chunk", [(300, 128, 1003, 128), (257, 136, 5, 128), (257, 128, 1003, 128)])
+def test_gpu_linear_cross_entropy_chunks_odd_vocab(M, d, V, chunk, reduction):
+    """The padded-vocabulary LM-head backward over several chunks: dW's 8-row tail accumulated across chunks, a
+    last chunk of one row (M = 257), V below 8."""
+    case = _lce_case(M, M, d, V)
+    opts = dict(reduction=reduction, chunk_rows=chunk)
+    check_op(lambda x, gm, w, t: coda.ops.linear_cross_entropy(x, gm, w, t, EPS, **opts),
+             lambda x, gm, w, t: plain.linear_cross_entropy(x, gm, w, t, EPS, reduction=reduction), case,
+             names=["x", "gamma", "w"], check_outputs=reduction == "none")
+
+
+@requires_gpu
 @pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
 @pytest.mark.parametrize("V", [50264, 50257])
 def test_gpu_cross_entropy(opts, V):
@@ -395,9 +408,9 @@ def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype, monkeypatch)
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_gpu)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_cross_entropy_huge_logits(device, dtype):
-    """Logits of any finite size give torch's finite loss and gradient (a 1e20 logit used to make the kernel's
-    exp2 argument overflow: loss inf, gradient NaN). Rows: the huge logit at the target, elsewhere, twice (two
-    equal maxima: p = 1/2 each), a huge negative one, and an ordinary row."""
+    """Logits of any finite size give torch's finite loss and gradient: the kernel subtracts the row max before
+    any scaling, so even 1e20 leaves exp's argument in range. Rows: the huge logit at the target, elsewhere, twice
+    (two equal maxima: p = 1/2 each), a huge negative one, and an ordinary row."""
     if device == "cuda" and dtype == torch.float32:
         pytest.skip("the kernels take bf16/fp16 logits")
     g = I.gen(5)
@@ -435,10 +448,14 @@ def test_cpu_cache_slices_and_shapes():
         coda.ops.rms_norm_linear(x[:, -1:], gm, w, EPS, cache=(h, rstd))
 
 
-def test_cpu_fp16_mean_loss_takes_the_sum_path():
+def test_cpu_fp16_mean_loss_takes_the_sum_path(monkeypatch):
     """fp16 training with a mean loss runs the one-pass LM head on the sum's gradients and divides by the count of
-    non-ignored rows (fp16's range: see ops.linear_cross_entropy): the loss and gradients equal the float64 mean's
-    to fp16 accuracy, and a loss scaler's factor reaches the gradients unchanged."""
+    non-ignored rows (fp16's range: see ops.linear_cross_entropy), bf16 on the mean's: the loss and gradients equal
+    the float64 mean's to fp16 accuracy, and a loss scaler's factor reaches the gradients unchanged."""
+    import coda._library as lib
+    reductions, train = [], lib.linear_cross_entropy_train
+    monkeypatch.setattr(lib, "linear_cross_entropy_train",
+                        lambda *a: reductions.append(a[7]) or train(*a))
     g = I.gen(11)
     x, gm, w = (a.detach().requires_grad_() for a in (I.act(g, 37, 16), 1 + 0.1 * I.act(g, 16), I.weight(g, 40, 16)))
     t = torch.randint(0, 40, (37,), generator=g)
@@ -453,3 +470,6 @@ def test_cpu_fp16_mean_loss_takes_the_sum_path():
         (loss * scale).backward()
         for a, r in zip((xs, gs, ws), ref):
             assert (a.grad.double() / scale - r).abs().max().item() <= 2e-3 * r.abs().max().item()
+    assert reductions == ["sum", "sum"]
+    coda.ops.linear_cross_entropy(*(a.detach().bfloat16().requires_grad_() for a in (x, gm, w)), t, EPS)
+    assert reductions[-1] == "mean"
