@@ -143,8 +143,12 @@ def _saved_tensor_hooks_active():
     already keep no layout copy."""
     if torch.compiler.is_compiling():  # not traced: the compiled graph keeps what it keeps
         return True
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    return True if top is None else top(False) is not None
+    a = torch._C._autograd
+    top = getattr(a, "_top_saved_tensors_default_hooks", None)
+    enabled = getattr(a, "_saved_tensors_hooks_is_enabled", None)
+    if top is None or enabled is None or not enabled():  # unknown torch, or hooks disabled (torch.func): none of ours
+        return True
+    return top(False) is not None
 
 
 def _layout_copies_recomputed(layer, w, hd, dt):
