@@ -24,7 +24,7 @@ import torch
 import torch.utils.checkpoint
 
 from . import layout, ops
-from .models.stack import LayerWeights, cast, causal_lm_head, compute_dtype, layer_forward, run_layers
+from .models.stack import LayerWeights, cast, causal_lm_head, compute_dtype, layer_forward, run_layers, wrapped
 
 
 def _unsupported(config):
@@ -116,8 +116,9 @@ def _layer_forward(self, *args, _coda=None, **kwargs):
     def run(x):
         hq, hkv, hd = _coda.heads
         inv_freq = self._coda_inv_freq(x.device)
-        w = _layer_weights(self, hd, x.dtype)
-        with _layout_copies_recomputed(self, w, hd, x.dtype) if not _saved_tensor_hooks_active() else nullcontext():
+        builds = _layout_builds(self, hd)
+        w = _layer_weights(self, builds, x.dtype)
+        with _layout_copies_recomputed(w, builds, x.dtype) if not _saved_tensor_hooks_active() else nullcontext():
             return layer_forward(x, _coda.positions, inv_freq, w, _coda.attention_mask, hq, hkv, hd, _coda.eps,
                                  _coda.dropout)
 
@@ -151,14 +152,13 @@ def _saved_tensor_hooks_active():
     return top(False) is not None
 
 
-def _layout_copies_recomputed(layer, w, hd, dt):
+def _layout_copies_recomputed(w, builds, dt):
     """Saved-tensor hooks under which the ops keep, instead of the layer's W_qkv and W_gu in CODA's layouts (copies
-    of HF's q/k/v and gate/up weights), a recipe that rebuilds them in the backward. Under fully_shard per layer the
-    copies would otherwise stay unsharded until the backward; FSDP2 gathers the HF weights again before the layer's
-    backward runs, which is when the recipe reads them. Costs one more weight-sized copy in the backward."""
-    attn, mlp = layer.self_attn, layer.mlp
-    q, k, v, g, u = attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, mlp.gate_proj.weight, mlp.up_proj.weight
-    copies = ((w.w_qkv, lambda: layout.qkv_weight(q, k, v, hd)), (w.w_gu, lambda: layout.interleave_gate_up(g, u)))
+    of HF's q/k/v and gate/up weights, made by `builds`), a recipe that rebuilds them in the backward. Under
+    fully_shard per layer the copies would otherwise stay unsharded until the backward; FSDP2 gathers the HF weights
+    again before the layer's backward runs, which is when the recipe reads them. Costs one more weight-sized copy in
+    the backward."""
+    copies = ((w.w_qkv, builds[0]), (w.w_gu, builds[1]))
 
     def pack(t):
         for copy, build in copies:
@@ -184,23 +184,29 @@ def _inv_freq(rotary_emb, device):
     return rotary_emb.inv_freq.to(device)
 
 
-def _layer_weights(layer, hd, dt):
+def _layout_builds(layer, hd):
+    """(W_qkv, W_gu) of one HF decoder layer in CODA's layouts, as two functions of the layer's weights now (the
+    recipe of _layout_copies_recomputed calls them again in the backward)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    q, k, v, g, u = attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, mlp.gate_proj.weight, mlp.up_proj.weight
+    return (lambda: layout.qkv_weight(q, k, v, hd)), (lambda: layout.interleave_gate_up(g, u))
+
+
+def _layer_weights(layer, builds, dt):
     """One HF decoder layer's weights in CODA's layouts and the compute dtype (a weight-sized gather per forward,
     whose gradient autograd maps back to the HF parameters)."""
-    attn, mlp = layer.self_attn, layer.mlp
+    qkv, gu = builds
     return LayerWeights(*(cast(t, dt) for t in (
-        layer.input_layernorm.weight, layout.qkv_weight(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, hd),
-        attn.o_proj.weight, layer.post_attention_layernorm.weight,
-        layout.interleave_gate_up(mlp.gate_proj.weight, mlp.up_proj.weight), mlp.down_proj.weight)))
+        layer.input_layernorm.weight, qkv(), layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
+        gu(), layer.mlp.down_proj.weight)))
 
 
 def _per_layer(model, layers):
     """True when the decoder layers must run one by one (each on its own weights): something wraps or hooks them
     (torch.distributed.fsdp.fully_shard per layer, checkpoint_wrapper, forward hooks), or HF's gradient
     checkpointing is on. Otherwise run_layers fuses across layer boundaries."""
-    return getattr(model.model, "gradient_checkpointing", False) or any(
-        type(layer) is not model._coda_layer_type or layer._forward_hooks or layer._forward_pre_hooks
-        or getattr(layer, "gradient_checkpointing", False) for layer in layers)
+    return (getattr(model.model, "gradient_checkpointing", False) or wrapped(layers, model._coda_layer_type)
+            or any(getattr(layer, "gradient_checkpointing", False) for layer in layers))
 
 
 def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
@@ -244,7 +250,7 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
             x = module(x, _coda=call)
         norm_cache = ops.rmsnorm_prepare(x, gamma_f, eps)
     else:
-        layers = [_layer_weights(layer, hd, dt) for layer in modules]
+        layers = [_layer_weights(layer, _layout_builds(layer, hd), dt) for layer in modules]
         x, norm_cache = run_layers(x, position_ids.expand(B, S), body.rotary_emb.inv_freq.to(x.device), layers,
                                    gamma_f, attention_mask, hq, hkv, hd, eps, dropout)
     loss, logits = causal_lm_head(x, norm_cache, gamma_f, cast(self.lm_head.weight, dt), eps, labels,

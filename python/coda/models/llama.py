@@ -27,7 +27,7 @@ from torch import nn
 
 from .. import nn as cnn
 from .. import ops
-from .stack import LayerWeights, cast, causal_lm_head, layer_forward, run_layers
+from .stack import LayerWeights, cast, causal_lm_head, layer_forward, run_layers, wrapped
 from .stack import compute_dtype as stack_compute_dtype
 
 
@@ -166,8 +166,7 @@ class LlamaModel(nn.Module):
     def fused(self):
         """True when every layer is a plain LlamaLayer without forward hooks: then the layers run fused across
         their boundaries; otherwise each layer's (wrapped) forward is called."""
-        return all(type(layer) is LlamaLayer and not (layer._forward_hooks or layer._forward_pre_hooks)
-                   for layer in self.layers)
+        return not wrapped(self.layers, LlamaLayer)
 
 
 class CausalLMOutput(NamedTuple):

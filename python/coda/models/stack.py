@@ -78,6 +78,13 @@ def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, 
     return x, norm_cache
 
 
+def wrapped(layers, layer_type):
+    """True when a layer is not a plain `layer_type` or has forward hooks (torch.distributed.fsdp.fully_shard per
+    layer, checkpoint_wrapper, hooks): then each layer must be called through its module, on its own weights
+    (layer_forward), instead of run_layers' blocks that read the next layer's weights."""
+    return any(type(layer) is not layer_type or layer._forward_hooks or layer._forward_pre_hooks for layer in layers)
+
+
 def layer_forward(x, positions, inv_freq, w, attention_mask, hq, hkv, hd, eps, dropout=0.0):
     """One decoder layer on its own weights (LayerWeights w): x [B, S, d] -> x_out [B, S, d]; positions [B, S] int32.
     The path for layers called one by one (FSDP2 per layer, checkpoint wrappers, hooks, HF's gradient
