@@ -44,17 +44,11 @@ def make(cfg_kw, seed):
 
 
 def token_losses(model, ids, labels, hf):
-    """Per-token next-token losses (float64 on CPU) and the mean loss with its gradients."""
-    kw = dict(use_cache=False) if hf else {}
+    """Per-token next-token losses (float64 on CPU), every position (ignored ones 0)."""
     with torch.no_grad():
-        if hf:
-            logits = model(input_ids=ids, **kw).logits.double()
-            t = F.pad(labels, (0, 1), value=-100)[..., 1:]
-            rows = F.cross_entropy(logits.flatten(0, 1), t.flatten(), reduction="none", ignore_index=-100)
-        else:
-            x = model(input_ids=ids).logits.double()
-            t = F.pad(labels, (0, 1), value=-100)[..., 1:]
-            rows = F.cross_entropy(x.flatten(0, 1), t.flatten(), reduction="none", ignore_index=-100)
+        logits = model(input_ids=ids, **(dict(use_cache=False) if hf else {})).logits.double()
+        t = F.pad(labels, (0, 1), value=-100)[..., 1:]
+        rows = F.cross_entropy(logits.flatten(0, 1), t.flatten(), reduction="none", ignore_index=-100)
     return rows.cpu()
 
 

@@ -29,13 +29,13 @@ Every GEMM op also times `cublas_gemm`, torch.mm of the op's GEMM alone (the spe
 Both layouts agree with CODA's: quack's gated activations pair accumulator columns (2i, 2i+1) as (gate, up), which
 is CODA's interleaved W_gu, and quack's B operand is (K, N), so w [N, K] goes in as the view w.t().
 
-quack's GEMMs run two ways: `quack_default` (tuned=False: the per-arch default config, sm90 pingpong 128x192 with
-a 2x1 cluster; quack's own tuned=True autotunes over ~50 configs at the first call, minutes of compiling) and
+quack's GEMMs run two ways: `quack_default` (tuned=False: the per-arch default config, sm90 pingpong 128x192 with a
+2x1 cluster; quack's own tuned=True autotunes over its few dozen sm90 configs at the first call, compiling each) and
 `quack_best`: the fastest of the short list --quack-configs (default: pingpong 128x192 / 192x128 / 128x128 with
 clusters 2x1 and 1x2, cooperative 256x128 2x1), picked by a short screen (a `quack_screen` row per config) just
 before the timing. When the pick is the default config, quack_default and quack_best time the same kernel: their
-difference is the run's noise floor. quack_rms, quack_norm_act and the b2/lm_head/rmsnorm `quack` contenders run
-the default config.
+difference is the run's noise floor. quack_rms, quack_norm_act and the b2/lm_head/rmsnorm `quack` contenders run the
+default config.
 
 Method (../shared/design/PROTOCOL.md, "Speed"): for each (op, config, tokens), every contender is called once (its
 compile / autotune; `first_call_s`), its outputs are compared with CODA's (cuBLAS's for the plain GEMMs) on the same
@@ -51,14 +51,16 @@ each op finishes (a killed run keeps what it measured), and --out/README.md with
 failures (import, a rejected config, a TypeError) become rows with an `error` field; the run goes on. Ratios are
 time / time: below 1, the first named is faster.
 
-GPU time: --estimate prints the plan: the default (8 ops x 3 configs x 8192 tokens, 30 contenders per config,
-7 configs screened for 5 ops) is ~5.2 minutes of warm-up and timing, plus quack's first-call compiles (~40 kernel
-variants, each compiled once per process and cached on disk under /tmp/$USER/quack_cache; first_call_s in every
-row). Both token counts would take ~10.5 minutes, more than one 10-minute device call, so the 16384-token half is a
-second call of the same size (--tokens 16384; the README then covers both, read back from the folder's JSON lines,
-or `--report` rebuilds it). --deadline-min stops starting new (op, config, tokens) units in time to write the README
-(the rest get `skipped` rows). rmsnorm's calls take tens of microseconds, so its back-to-back timing can be bound by
-the host's per-call Python overhead rather than the kernel (first_call_s and warm_ms_per_call show the scale).
+GPU time (estimates: the script has not run on a GPU yet): --estimate prints the plan: the default (8 ops x 3
+configs x 8192 tokens, 30 contenders per config, 7 configs screened for 5 ops) comes to ~5.2 minutes of warm-up and
+timing, plus quack's first-call compiles (by count some 40-50 kernel variants: 8 configs for each screened op, plus
+the other quack calls; each compiled once per process and cached on disk under /tmp/$USER/quack_cache; first_call_s
+in every row). Both token counts come to ~10.5 minutes by --estimate, more than one 10-minute device call, so the
+16384-token half is a second call of the same size (--tokens 16384; the README then covers both, read back from the
+folder's JSON lines, or `--report` rebuilds it). --deadline-min stops starting new (op, config, tokens) units in
+time to write the README (the rest get `skipped` rows). rmsnorm's calls should take tens of microseconds (estimated
+from the bytes they move), so its back-to-back timing can be bound by the host's per-call Python overhead rather
+than the kernel (first_call_s and warm_ms_per_call show the scale).
 
 quack 0.6.5 with nvidia-cutlass-dsl 4.8.1 rejects two DSL internals in its kernel-cache key with a TypeError "...
 has no fail-closed semantic key" (../shared/tools/quack-env); patch_quack_cache_key() gives such values a constant
@@ -71,7 +73,6 @@ import datetime
 import importlib
 import math
 import re
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -80,6 +81,7 @@ from pathlib import Path
 import torch
 from common import (CONFIGS, EPS, NvmlSampler, append_jsonl, hf_rms_norm, interleaved, is_cuda, timed_pipelined,
                     warm_for)
+from report import commit as git_commit
 
 SUITE = "vs_quack"
 MODEL_CONFIGS = ("llama3-1B", "llama3-8B", "llama3-70B")  # names as the issue writes them; CONFIGS keys lower-case
@@ -359,7 +361,7 @@ def load_quack():
     try:
         return QuackOps(), None
     except Exception as e:  # ImportError without quack-env; anything else quack's import raises
-        return None, f"{type(e).__name__}: {e}"[:300]
+        return None, _err(e)
 
 
 # --- cases ----------------------------------------------------------------------------------------------------------
@@ -528,7 +530,6 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda"):
     return Case(op, shape, fns, checks, pinned, labels, info)
 
 
-
 # --- measuring ------------------------------------------------------------------------------------------------------
 
 def max_rel_err(a, b, rows=4096):
@@ -566,12 +567,10 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def timing(fn, reps, device, warm_s=0.0):
-    """One timing as common.interleaved takes it: optional warm-up, then reps back-to-back calls between CUDA events
+def timing(fn, reps, device):
+    """One timing as common.interleaved takes it: reps back-to-back calls between CUDA events
     (common.timed_pipelined) while NvmlSampler samples clock and power. -> {"ms", "clock_mhz", "watts", ...}."""
     def measure():
-        if warm_s > 0:
-            warm_for(fn, warm_s, device)
         with NvmlSampler() as s:
             ms = timed_pipelined(fn, reps, warmup=0, device=device)
         return {"ms": ms, **s.summary()}
@@ -612,7 +611,7 @@ def run_case(case, t, tol, device="cuda"):
             ref, pairs = case.checks[impl]
             if ref in kept:
                 ok, worst, errs = agreement(out, kept[ref], pairs, tol)
-                res[impl].update(agrees=ok, max_rel_err=worst, rel_err={k: v for k, v in errs.items()})
+                res[impl].update(agrees=ok, max_rel_err=worst, rel_err=errs)
             else:
                 res[impl]["agrees"] = None  # the reference failed
         if impl in refs:
@@ -811,14 +810,6 @@ def read_rows(path):
     if not path.exists():
         return []
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
-
-
-def git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
 
 
 def main(argv=None):
