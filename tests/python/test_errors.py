@@ -139,18 +139,23 @@ def _block_args(d=64, F=64, M=2, **over):
     (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64, 7))), ValueError,
      "^coda.rms_norm_qkv_rope: `w_qkv` dimension 1 must equal x's last dimension"),
     (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64, 8, dtype=torch.float64))), TypeError,
-     "`w_qkv` has dtype"),
-    (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64))), ValueError, "`w_qkv` must have rank 2"),
-    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 7), _t(8, 6)), ValueError, "`w_gu` dimension 1"),
+     "^coda.rms_norm_qkv_rope: `w_qkv` has dtype"),
+    (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64))), ValueError,
+     "^coda.rms_norm_qkv_rope: `w_qkv` must have rank 2"),
+    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 7), _t(8, 6)), ValueError,
+     "^coda.swiglu_mlp: `w_gu` dimension 1"),
     (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8).int(), _t(8, 6)), TypeError,
-     "`w_gu` must be floating point"),
+     "^coda.swiglu_mlp: `w_gu` must be floating point"),
     (lambda: coda.ops.block(**_block_args(gamma1=_t(63))), ValueError,
      "^coda.block: `gamma1` dimension 0 must equal x0's last dimension"),
-    (lambda: coda.ops.block(**_block_args(gamma1=_t(64, dtype=torch.float64))), TypeError, "`gamma1` has dtype"),
-    (lambda: coda.ops.block(**_block_args(x0=[1.0])), TypeError, "`x0` must be a torch.Tensor"),
-    (lambda: coda.ops.block(**_block_args(x0=torch.tensor(1.0))), ValueError, "`x0` must have a feature dimension"),
-    (lambda: coda.ops.block(**_block_args(w_gu=_t(128, 63))), ValueError, "`w_gu` dimension 1 must equal x0's"),
-    (lambda: coda.ops.block(**_block_args(w_gu=_t(128))), ValueError, "`w_gu` must have rank 2"),
+    (lambda: coda.ops.block(**_block_args(gamma1=_t(64, dtype=torch.float64))), TypeError,
+     "^coda.block: `gamma1` has dtype"),
+    (lambda: coda.ops.block(**_block_args(x0=[1.0])), TypeError, "^coda.block: `x0` must be a torch.Tensor"),
+    (lambda: coda.ops.block(**_block_args(x0=torch.tensor(1.0))), ValueError,
+     "^coda.block: `x0` must have a feature dimension"),
+    (lambda: coda.ops.block(**_block_args(w_gu=_t(128, 63))), ValueError,
+     "^coda.block: `w_gu` dimension 1 must equal x0's"),
+    (lambda: coda.ops.block(**_block_args(w_gu=_t(128))), ValueError, "^coda.block: `w_gu` must have rank 2"),
 ])
 def test_python_checks_name_the_callers_argument(call, exc, match):
     with pytest.raises(exc, match=match):
@@ -172,34 +177,55 @@ def _cache():
     return coda.ops.rmsnorm_prepare(_t(3, 8), _t(8))
 
 
+# Valid calls of the public ops (on the CPU path; the library error is injected by _raise_library_error).
+def _swiglu(**kw):
+    return coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6), **kw)
+
+
+def _rms_norm_linear(**kw):
+    return coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), **kw)
+
+
+def _qkv():
+    return coda.ops.rms_norm_qkv_rope(*_qkv_args())
+
+
+def _block():
+    return coda.ops.block(**_block_args())
+
+
+def _lce(x=None):
+    return coda.ops.linear_cross_entropy(_t(3, 8) if x is None else x, _t(8), _t(16, 8), **_LCE)
+
+
 # (public op call, the C function that fails, its message, what the op must say)
 _LIBRARY_CASES = [
-    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6)), "linear_residual_rmsnorm",
+    (_swiglu, "linear_residual_rmsnorm",
      "w: strides[0] = 12 elements (24 bytes) is not a multiple of 16 bytes (TMA rule: 8 elements for bf16)",
      "coda.swiglu_mlp: `w_down`: strides\\[0\\] = 12 elements"),
-    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6)), "linear_residual_rmsnorm",
+    (_swiglu, "linear_residual_rmsnorm",
      "gamma: sizes[0] (N) must be 8 as given by w.sizes[0], got 6 (shape [6])",
      "coda.swiglu_mlp: `next_gamma`: sizes\\[0\\] \\(N\\) must be 8 as given by `w_down`.shape\\[0\\], got 6"),
-    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6)), "linear_residual_rmsnorm",
+    (_swiglu, "linear_residual_rmsnorm",
      "residual: must be row-major (strides[1] == 1), got strides [1,3]; pass a contiguous tensor",
      "coda.swiglu_mlp: `x`: must be row-major .*; pass a contiguous tensor"),
-    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6)), "linear_residual_rmsnorm",
+    (_swiglu, "linear_residual_rmsnorm",
      "w: dtype fp16 must match a (bf16)", "coda.swiglu_mlp: `w_down`: dtype fp16 must match a \\(bf16\\)"),
-    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6)), "linear_rowscale_swiglu",
+    (_swiglu, "linear_rowscale_swiglu",
      "w_gu: data pointer 0x7f0000000002 is not 16-byte aligned (TMA rule)", "coda.swiglu_mlp: `w_gu`: data pointer"),
-    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6), cache=_cache()), "linear_rowscale_swiglu",
+    (lambda: _swiglu(cache=_cache()), "linear_rowscale_swiglu",
      "h: must be row-major (strides[1] == 1)", "coda.swiglu_mlp: `cache\\[0\\] \\(h\\)`: must be row-major"),
-    (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6)), "rmsnorm_prepare",
+    (_swiglu, "rmsnorm_prepare",
      "x: must be row-major (strides[1] == 1)", "coda.swiglu_mlp: `x`: must be row-major"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8)), "linear_rowscale",
+    (_rms_norm_linear, "linear_rowscale",
      "w: must be row-major (strides[1] == 1)", "coda.rms_norm_linear: `w`: must be row-major"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), cache=_cache()), "linear_rowscale",
+    (lambda: _rms_norm_linear(cache=_cache()), "linear_rowscale",
      "rstd: must be contiguous (dense row-major)", "coda.rms_norm_linear: `cache\\[1\\] \\(rstd\\)`: must be"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8)), "rmsnorm_prepare",
+    (_rms_norm_linear, "rmsnorm_prepare",
      "gamma: must be contiguous (dense row-major)", "coda.rms_norm_linear: `gamma`: must be contiguous"),
-    (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args()), "linear_rowscale_rope",
+    (_qkv, "linear_rowscale_rope",
      "w_qkv: strides[0] = 9 elements (18 bytes) is not a multiple of 16 bytes", "coda.rms_norm_qkv_rope: `w_qkv`:"),
-    (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args()), "linear_rowscale_rope",
+    (_qkv, "linear_rowscale_rope",
      "inv_freq: must be contiguous (dense row-major)", "coda.rms_norm_qkv_rope: `inv_freq`: must be contiguous"),
     (lambda: coda.ops.linear_residual_rmsnorm(_t(3, 8), _t(8, 8), _t(3, 8), _t(8)), "linear_residual_rmsnorm",
      "residual: row stride 4 is smaller than the row length 8 (rows would overlap)",
@@ -207,28 +233,28 @@ _LIBRARY_CASES = [
     (lambda: coda.ops.rmsnorm_prepare(_t(3, 8), _t(8)), "rmsnorm_prepare",
      "x: sizes[1] = 12 is not a multiple of 8 elements (16 bytes of bf16, TMA rule); pad the feature dimension",
      "coda.rmsnorm_prepare: `x`: sizes\\[1\\] = 12 is not a multiple of 8 elements"),
-    (lambda: coda.ops.block(**_block_args()), "block_forward",
+    (_block, "block_forward",
      "weights.w_down: must be row-major (strides[1] == 1), got strides [1,64]; pass a contiguous tensor",
      "coda.block: `w_down`: must be row-major"),
-    (lambda: coda.ops.block(**_block_args()), "block_forward",
+    (_block, "block_forward",
      "weights.gamma1: must be contiguous (dense row-major); strides[0] = 2 but 1 expected for shape [64]",
      "coda.block: `gamma1`: must be contiguous"),
-    (lambda: coda.ops.block(**_block_args()), "block_forward",
+    (_block, "block_forward",
      "x0: sizes[0] (M = y0.sizes[0]) must be 2 as given by y0, got 3 (shape [3,64])",
      "coda.block: `x0`: sizes\\[0\\] \\(M = `y0`.shape\\[0\\]\\) must be 2 as given by `y0`, got 3"),
-    (lambda: coda.ops.block(**_block_args()), "block_forward",
+    (_block, "block_forward",
      "config.hidden_size: must be a positive multiple of 8, got 12", "coda.block: `x0.shape\\[-1\\]`: must be a"),
-    (lambda: coda.ops.block(**_block_args()), "block_forward",
+    (_block, "block_forward",
      "step F1 (out-projection + residual + RMSNorm 1) failed: coda_linear_residual_rmsnorm: w: internal",
      "coda.block: step F1 .* failed: coda_linear_residual_rmsnorm: w: internal"),
-    (lambda: coda.ops.linear_cross_entropy(_t(3, 8), _t(8), _t(16, 8), **_LCE), "linear_cross_entropy",
+    (_lce, "linear_cross_entropy",
      "w: must be row-major (strides[1] == 1)", "coda.linear_cross_entropy: `w`: must be row-major"),
-    (lambda: coda.ops.linear_cross_entropy(_t(3, 8), _t(8), _t(16, 8), **_LCE), "linear_cross_entropy",
+    (_lce, "linear_cross_entropy",
      "targets: must be contiguous (dense row-major)", "coda.linear_cross_entropy: `targets`: must be contiguous"),
-    (lambda: coda.ops.linear_cross_entropy(_t(3, 8), _t(8), _t(16, 8), **_LCE), "linear_cross_entropy",
+    (_lce, "linear_cross_entropy",
      "options->label_smoothing: must be in [0, 1], got 2", "coda.linear_cross_entropy: `label_smoothing`: must"),
-    (lambda: coda.ops.linear_cross_entropy(_t(3, 8).requires_grad_(), _t(8), _t(16, 8), **_LCE),
-     "linear_cross_entropy_bwd", "x: data pointer 0x7f0000000002 is not 16-byte aligned (TMA rule)",
+    (lambda: _lce(_t(3, 8).requires_grad_()), "linear_cross_entropy_bwd",
+     "x: data pointer 0x7f0000000002 is not 16-byte aligned (TMA rule)",
      "coda.linear_cross_entropy: `x`: data pointer"),
     (lambda: coda.ops.cross_entropy(_t(3, 8), _LCE["targets"]), "cross_entropy",
      "logits: data pointer is not aligned to its 2-byte bf16 elements", "coda.cross_entropy: `logits`: data pointer"),
@@ -241,9 +267,9 @@ def test_library_errors_name_the_callers_argument(monkeypatch, call, function, m
     the public op and the argument its caller passed (w_down, not the C function's `w`), keeps the library's rule
     and its exception type, and says which C function refused. Mechanism test on the CPU path."""
     _raise_library_error(monkeypatch, function, message)
-    with pytest.raises(ValueError, match=match) as info:
+    with pytest.raises(ValueError, match=f"^{match}") as info:
         call()
-    assert f"coda_{function}" in str(info.value)  # which library function refused
+    assert str(info.value).endswith(f"(checked by coda_{function})"), info.value  # which library function refused
 
 
 def test_library_error_object():
@@ -258,7 +284,7 @@ def test_library_error_object():
 def test_library_error_type_is_kept(monkeypatch):
     _raise_library_error(monkeypatch, "linear_residual_rmsnorm", "w: dtype fp16 must match a (bf16)", status=2)
     with pytest.raises(TypeError, match="^coda.swiglu_mlp: `w_down`: dtype fp16"):
-        coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6))
+        _swiglu()
 
 
 def test_library_errors_through_the_nn_modules(monkeypatch):
@@ -361,7 +387,9 @@ def test_cuda_path_passes_dense_targets_and_positions(monkeypatch):
     called = {name for name, _ in rec.calls}
     assert called == {"cross_entropy", "linear_cross_entropy", "linear_cross_entropy_bwd", "linear_rowscale_rope",
                       "rope_bwd_zdz", "block_forward", "block_backward"}
-    strided = [(name, n, s) for name, n, s in rec.vectors() if n > 1 and s != 1]
+    vectors = rec.vectors()
+    assert {name for name, n, _ in vectors if n > 1} == called, vectors  # the targets/positions of every call seen
+    strided = [(name, n, s) for name, n, s in vectors if n > 1 and s != 1]
     assert not strided, f"strided vectors handed to libcoda: {strided}"
 
 

@@ -1,4 +1,6 @@
 """Every script in tools/ answers --help with its usage and exit status 0, without building or downloading."""
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,7 +21,6 @@ def test_kernel_stages_lists_every_compiled_kernel_with_at_least_three_stages():
     is left fewer than 3 mainloop stages by its epilogue's shared memory (a cooperative B2 with 2 ran 4-8 % slower
     in the block: bench/results/block_variants_h200/README.md, stop 19). Needs the objects of a build (tools/test
     builds first; a Python-only run without build/ skips, saying so)."""
-    import os
     root = TOOLS.parent
     build = Path(os.environ.get("CODA_BUILD_DIR", root / "build"))
     if not (build / "src" / "CMakeFiles" / "coda.dir").is_dir():
@@ -44,7 +45,6 @@ def test_kernel_stages_without_a_build_says_so(tmp_path):
 def _no_gpu_env(tmp_path):
     """The environment of a machine without a CUDA GPU (CUDA_VISIBLE_DEVICES hides any there is), with the build
     folder in tmp_path, so that nothing may be built into the checkout."""
-    import os
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", CODA_BUILD_DIR=str(tmp_path / "build"))
     env.pop("PYTHONPATH", None)
     return env
@@ -83,13 +83,16 @@ def test_train_help_says_what_the_wrapper_does_before_the_module_options(tmp_pat
 
 # A ctest run as a machine without a GPU sees it: GPU tests skipped (GoogleTest's "file:line: Skipped", then the
 # reason), one with another reason, a passing and a failing CPU test. The CTestTestfile.cmake is what CMake writes
-# for add_test/set_tests_properties, so ctest runs it without a configure step.
+# for add_test/set_tests_properties, so ctest runs it without a configure step (the backslashes at line ends are
+# Python's: the file has one line per command).
 _CTEST_FILE = """
 foreach(i 1 2 3 4)
-  add_test(Gpu.T${i} sh -c "echo '[ RUN      ] Gpu.T${i}'; echo 'gpu_util.hpp:27: Skipped'; echo 'no CUDA device: none'; echo; echo '[  SKIPPED ] Gpu.T${i} (0 ms)'")
+  add_test(Gpu.T${i} sh -c "echo '[ RUN      ] Gpu.T${i}'; echo 'gpu_util.hpp:27: Skipped'; \
+echo 'no CUDA device: none'; echo; echo '[  SKIPPED ] Gpu.T${i} (0 ms)'")
   set_tests_properties(Gpu.T${i} PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "\\\\[  SKIPPED \\\\]")
 endforeach()
-add_test(Gpu.Other sh -c "echo 'x.cpp:613: Skipped'; echo 'validation rejects V = 1'; echo '[  SKIPPED ] Gpu.Other (0 ms)'")
+add_test(Gpu.Other sh -c "echo 'x.cpp:613: Skipped'; echo 'validation rejects V = 1'; \
+echo '[  SKIPPED ] Gpu.Other (0 ms)'")
 set_tests_properties(Gpu.Other PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "\\\\[  SKIPPED \\\\]")
 add_test(Cpu.Pass sh -c "echo ok")
 add_test(Cpu.Fail sh -c "echo 'expected 1, got 2'; exit 1")
@@ -99,7 +102,6 @@ add_test(Cpu.Fail sh -c "echo 'expected 1, got 2'; exit 1")
 def test_test_summary_prints_each_ctest_skip_reason_once_with_a_count(tmp_path):
     """Issue 24, item 11: tools/test's ctest output lists no skipped test by name (ctest prints each twice), says
     once per reason how many skipped, and keeps a failure's output and ctest's list of failures."""
-    import shutil
     if shutil.which("ctest") is None:
         pytest.skip("no ctest here")
     (tmp_path / "CTestTestfile.cmake").write_text(_CTEST_FILE)
@@ -145,7 +147,6 @@ def test_train_without_torch_or_a_gpu_installs_nothing(tmp_path):
     """Issue 24, item 9: without torch and without nvidia-smi, tools/train says there is no GPU before installing
     the Python dependencies (an import of torch that fails stands for a machine without it; pip may not reach an
     index, so an attempt to install would fail the test)."""
-    import shutil
     if shutil.which("nvidia-smi"):
         pytest.skip("nvidia-smi is here: tools/train would install the dependencies and ask torch")
     fake = tmp_path / "site" / "torch"
