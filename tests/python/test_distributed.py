@@ -310,6 +310,9 @@ def test_cpu_gloo_fsdp_mixed_precision(results):
 def test_cpu_gloo_distributed_checkpoint_in_hf_names(results, tmp_path):
     r = get(results, "checkpoint_roundtrip")
     assert r["roundtrip"] == 0.0 and r["full_load"] == 0.0, r
+    # saved from shards, never gathered: FSDP2's dim-0 shards, and dim 1 for the q/k/v and gate/up split of CODA's
+    # layouts (nn._rows_local)
+    assert r["placements"] == ["(Shard(dim=0),)", "(Shard(dim=1),)"], r["placements"]
     hf_keys = sorted(model().state_dict())
     assert r["keys"] == hf_keys and not any("w_qkv" in k or "w_gu" in k for k in hf_keys)
     # What was written is the Hugging Face state dict: read without any process group, it equals the
@@ -521,7 +524,7 @@ def test_cpu_torchrun_train(tmp_path):
 
 def test_cpu_patch_llama_per_layer_keeps_no_layout_copies(monkeypatch):
     """On the per-layer path (here: a forward hook on each decoder layer) the ops save a recipe instead of the W_qkv
-    and W_gu layout copies, rebuilt in the backward: no tensor of those shapes stays saved, gradients unchanged."""
+    and W_gu layout copies (counted: one for each per layer), rebuilt in the backward, with unchanged gradients."""
     pytest.importorskip("transformers")
     import coda.hf as hf
     from test_hf import hf_config, random_model
