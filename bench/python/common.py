@@ -85,11 +85,19 @@ def timed_pipelined(fn, reps, warmup=3, device="cuda"):
     return a.elapsed_time(b) / reps
 
 
-# libcoda's fused ops as CODA_OP_CONFIG's per-op form names them, and the mainloop configs they compile for bf16
-# (B3, linear_swiglu_bwd_zdz: the pingpong one only): src/ops/op_config.cu, which refuses anything else.
+# libcoda's fused ops as CODA_OP_CONFIG's per-op form names them (src/ops/op_config.cu refuses any other name).
 FUSED_OPS = ("linear_rowscale", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_rope",
              "linear_rowscale_lse", "linear_residual_rmsnorm_bwd", "linear_swiglu_bwd_zdz")
-FUSED_CONFIGS = ("coop_128x256x64_c2x1", "pp_128x128x64_c2x1")
+
+
+def fused_configs(op, fp16=False):
+    """The mainloop configs libcoda compiles for fused op `op` (a FUSED_OPS name) as a tuple, in its dispatcher's
+    order: coda_fused_op_configs, the list CODA_OP_CONFIG is checked against (no copy of it here)."""
+    from coda import _C
+    got = _C.library().coda_fused_op_configs(op.encode(), _C.DTYPE[torch.float16 if fp16 else torch.bfloat16])
+    if got is None:
+        raise ValueError(f"fused_configs: libcoda knows no fused op {op!r}")
+    return tuple(got.decode().split(","))
 
 
 @contextlib.contextmanager

@@ -19,9 +19,9 @@ projection with the norm backward, dx_in given; of the LM head, K = V, alpha = 1
 linear_swiglu_bwd_zdz: the down projection's dgrad with the SwiGLU backward); plain: gemm_gu and gemm_down
 (coda_gemm at the gate/up and down shapes) and wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv (the block's weight
 gradients, dW = dz^T a with K = tokens), pinned through CODA_GEMM_CONFIG; `default` is coda_gemm's autotuned pick.
-Default pins: `default` and every config the op has compiled in bf16 (forward ops: cooperative 128x256 and
-pingpong 128x128, B2 too; B3: pingpong only; plain forward: the six configs of docs/GEMM.md; wgrad: stream-K,
-cooperative and pingpong) x raster n/m x swizzle 1/2/4/8. (Stop 17's run 4 also timed a pingpong 128x128 with a
+Default pins: `default` and every config the op has compiled in bf16 (fused ops: the list libcoda gives,
+coda_fused_op_configs; plain forward: the seven configs of docs/GEMM.md; wgrad: stream-K, cooperative and
+pingpong) x raster n/m x swizzle 1/2/4/8. (Stop 17's run 4 also timed a pingpong 128x128 with a
 2x2 cluster, built for that run only: bench/results/sweep_ops_h200/.)
 
 Prints, per (op, config, tokens), the candidates sorted by median time: ms, time / cuBLAS, median clock and power;
@@ -37,23 +37,27 @@ import ctypes
 from pathlib import Path
 
 import torch
-from common import CONFIGS, FUSED_CONFIGS, append_jsonl, env_var, interleaved, timed_pipelined
+from common import CONFIGS, append_jsonl, env_var, fused_configs, interleaved, timed_pipelined
 
 from coda import _C, _kernels
 
-PINGPONG_ONLY_OPS = ("b3",)  # compiled with the pingpong config only (B2 has the cooperative one too)
+# The fused op (libcoda's name) each sweep op times; its candidates are the configs libcoda compiles for it.
+FUSED_OP_OF = {"f1_out": "linear_residual_rmsnorm", "f1_down": "linear_residual_rmsnorm", "f2_lm": "linear_rowscale",
+               "f3": "linear_rowscale_swiglu", "f4": "linear_rowscale_rope", "f5": "linear_rowscale_lse",
+               "b2_qkv": "linear_residual_rmsnorm_bwd", "b2_gu": "linear_residual_rmsnorm_bwd",
+               "b2_lm": "linear_residual_rmsnorm_bwd", "b3": "linear_swiglu_bwd_zdz"}
 # coda_gemm: pinned through CODA_GEMM_CONFIG, `default` = its autotuned pick
 PLAIN_OPS = ("gemm_gu", "gemm_down", "wgrad_o", "wgrad_gu", "wgrad_down", "wgrad_qkv")
 PLAIN_CONFIGS = ("coop_128x256x64_c2x1", "coop_128x256x64_c1x1", "pp_128x128x64_c2x1", "pp_64x256x64_c2x1",
-                 "coop_256x128x64_c1x2", "sk_128x256x64_c2x1")  # compiled for the forward layout (docs/GEMM.md)
+                 "coop_256x128x64_c1x2", "sk_128x256x64_c2x1", "pp_128x192x64_c2x1")  # compiled for the forward layout (docs/GEMM.md)
 WGRAD_CONFIGS = ("sk_128x256x64_c2x1", "coop_128x256x64_c2x1", "pp_128x128x64_c2x1")  # compiled for wgrad bf16
 VOCAB = 128256
 
 
 def default_pins(op="f3"):
     pins = ["default"]
-    configs = (FUSED_CONFIGS[1:] if op in PINGPONG_ONLY_OPS else WGRAD_CONFIGS if op.startswith("wgrad")
-               else PLAIN_CONFIGS if op in PLAIN_OPS else FUSED_CONFIGS)
+    configs = (WGRAD_CONFIGS if op.startswith("wgrad") else PLAIN_CONFIGS if op in PLAIN_OPS
+               else fused_configs(FUSED_OP_OF[op]))
     for c in configs:
         pins += [f"{c}:raster={r},swizzle={s}" for r in "nm" for s in (1, 2, 4, 8)]
     return pins

@@ -300,7 +300,9 @@ class QuackOps:
         import quack.rmsnorm
         self.patched = patch_quack_cache_key()  # the modules imported just now
         self.version = getattr(quack, "__version__", "?")
-        self.gi, self.rms, self.lce_mod = quack.gemm_interface, quack.rmsnorm, quack.linear_cross_entropy
+        # quack/__init__ re-exports the function rmsnorm under the module's name: take the module itself
+        self.gi, self.rms, self.lce_mod = (quack.gemm_interface, sys.modules["quack.rmsnorm"],
+                                           quack.linear_cross_entropy)
         self.GemmConfig = quack.gemm_config.GemmConfig
 
     def config(self, label):

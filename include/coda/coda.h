@@ -46,6 +46,11 @@ CODA_API const char* coda_status_string(coda_status status);
 CODA_API int coda_version(void);
 /** Size in bytes of one element of `dtype` (0 for an unknown value). */
 CODA_API size_t coda_dtype_size(coda_dtype dtype);
+/** The mainloop configs a fused op compiles for `dtype` (CODA_BF16 or CODA_FP16), comma-separated, e.g.
+    "coop_128x256x64_c2x1,pp_128x128x64_c2x1": the names CODA_OP_CONFIG may pin for it. `op` is the op's C ABI
+    name ("coda_" optional, e.g. "linear_rowscale_swiglu"). NULL for a name that is not a fused op or another
+    dtype. Static storage; never needs a GPU. */
+CODA_API const char* coda_fused_op_configs(const char* op, coda_dtype dtype);
 
 /**
  * Whether `device` (CUDA ordinal, or -1 for the current device) can run CODA kernels.

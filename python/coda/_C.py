@@ -192,6 +192,8 @@ def _declare(lib):
     lib.coda_status_string.argtypes = [ctypes.c_int]
     lib.coda_version.restype = ctypes.c_int
     lib.coda_version.argtypes = []
+    lib.coda_fused_op_configs.restype = ctypes.c_char_p
+    lib.coda_fused_op_configs.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.coda_device_supported.restype = ctypes.c_int
     lib.coda_device_supported.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
                                           ctypes.POINTER(ctypes.c_int)]

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "api/guard.hpp"
+#include "ops/op_config.hpp"
 #include "runtime/device.hpp"
 
 namespace coda::api {
@@ -50,6 +51,11 @@ CODA_API size_t coda_dtype_size(coda_dtype dtype) {
     case CODA_INT64: return 8;
   }
   return 0;
+}
+
+CODA_API const char* coda_fused_op_configs(const char* op, coda_dtype dtype) {
+  if (dtype != CODA_BF16 && dtype != CODA_FP16) return nullptr;
+  return coda::ops::fused_op_configs(op, dtype == CODA_FP16);
 }
 
 CODA_API coda_ce_options coda_ce_options_default(void) {

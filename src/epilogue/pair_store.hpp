@@ -75,12 +75,13 @@ struct Sm90PairStore : Sm90StoreOnlyNode {
 
   template <class CoordTensor>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, int M, int64_t F, Params const* params)
+    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, int M, int F, Params const* params)
         : tC_cY(cute::forward<CoordTensor>(coords)), M(M), F(F), params(params) {}
 
     CoordTensor tC_cY;  // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
     int M;
-    int64_t F;  // y columns (N / 2)
+    int F;  // y columns (N / 2; N is an int in the problem shape). 32-bit: these members live through the whole
+            // tile, and at a 128x192 pingpong tile (192 accumulators per thread) every register counts.
     Params const* params;
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
@@ -122,7 +123,7 @@ struct Sm90PairStore : Sm90StoreOnlyNode {
         auto const c8 = coords(base + 2);  // row r + 8
         int const m_r = static_cast<int>(cute::get<0>(c0));
         int const m_r8 = static_cast<int>(cute::get<0>(c8));
-        int64_t const ycol = (static_cast<int64_t>(cute::get<1>(c0)) - 2 * q) / 2 + 4 * q;
+        int const ycol = (static_cast<int>(cute::get<1>(c0)) - 2 * q) / 2 + 4 * q;
         // One 64-bit value per row (a uint2 store was split into two 32-bit stores by the compiler).
         uint64_t const lo_row = static_cast<uint64_t>((out[0] & 0xffffu) | (out[1] << 16)) |
                                 (static_cast<uint64_t>((out[2] & 0xffffu) | (out[3] << 16)) << 32);
@@ -151,7 +152,7 @@ struct Sm90PairStore : Sm90StoreOnlyNode {
         cute::make_identity_tensor(cute::make_shape(M, N, L)), args.tile_shape_mnk, args.tile_coord_mnkl,
         args.epi_tile, args.tiled_copy, args.thread_idx);
     return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), static_cast<int>(M),
-                                                    static_cast<int64_t>(N) / 2, params_ptr);
+                                                    static_cast<int>(N) / 2, params_ptr);
   }
 };
 

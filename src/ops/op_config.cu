@@ -11,22 +11,43 @@ namespace coda::ops {
 
 namespace {
 
-// The fused ops (their C ABI names, choose_kernel's `op`) and the mainloop configs each compiles for bf16 (fp16:
-// the pingpong one only). The per-op form of CODA_OP_CONFIG may name only these ops, with or without the "coda_"
-// prefix, so that a misspelt name is an error instead of a pin that silently does nothing. The GPU tests pin every
-// config of every op (tests/gpu/fused_test_util.hpp), so a config missing here fails them.
-struct FusedOp {
-  char const* name;
-  bool has_coop;  ///< compiles coop_128x256x64_c2x1 besides pp_128x128x64_c2x1
-};
-constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", true},          {"coda_linear_residual_rmsnorm", true},
-                                 {"coda_linear_rowscale_swiglu", true},   {"coda_linear_rowscale_rope", true},
-                                 {"coda_linear_rowscale_lse", true},      {"coda_linear_residual_rmsnorm_bwd", true},
-                                 {"coda_linear_swiglu_bwd_zdz", false}};
+// The fused ops (their C ABI names, choose_kernel's `op`) and the mainloop configs each compiles for bf16, in the
+// order of their getters in choose_kernel (fp16: pp_128x128x64_c2x1 only). The one list of what is compiled: the
+// per-op form of CODA_OP_CONFIG is checked against it, and coda_fused_op_configs() hands it to the GPU tests (which
+// pin every config of every op) and the benchmarks, so a config compiled but missing here fails the tests.
 constexpr char const* kCoop = "coop_128x256x64_c2x1";
 constexpr char const* kPingpong = "pp_128x128x64_c2x1";
+constexpr char const* kPingpong192 = "pp_128x192x64_c2x1";
+constexpr int kMaxConfigs = 3;
+struct FusedOp {
+  char const* name;
+  char const* bf16[kMaxConfigs];  ///< nullptr-padded
+};
+constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", {kCoop, kPingpong}},
+                                 {"coda_linear_residual_rmsnorm", {kCoop, kPingpong}},
+                                 {"coda_linear_rowscale_swiglu", {kCoop, kPingpong, kPingpong192}},
+                                 {"coda_linear_rowscale_rope", {kCoop, kPingpong}},
+                                 {"coda_linear_rowscale_lse", {kCoop, kPingpong}},
+                                 {"coda_linear_residual_rmsnorm_bwd", {kCoop, kPingpong}},
+                                 {"coda_linear_swiglu_bwd_zdz", {kPingpong}}};
 
 constexpr int kFusedOpCount = static_cast<int>(sizeof(kFusedOps) / sizeof(kFusedOps[0]));
+
+/// "a,b,c": the op's bf16 configs as coda_fused_op_configs and the error messages list them.
+std::string joined(FusedOp const& op) {
+  std::string out;
+  for (char const* c : op.bf16) {
+    if (c != nullptr) out += (out.empty() ? "" : ",") + std::string(c);
+  }
+  return out;
+}
+
+bool compiles(FusedOp const& op, std::string const& config) {
+  for (char const* c : op.bf16) {
+    if (c != nullptr && config == c) return true;
+  }
+  return false;
+}
 
 /// The index of a fused op's name in kFusedOps ("coda_" optional), -1 for any other name.
 int find_op(std::string const& name) {
@@ -42,16 +63,17 @@ int find_op(std::string const& name) {
 }
 
 /// "<config>[:<knobs>]" of `op` (nullptr: the global form, any fused op): the config must be one the op compiles
-/// for bf16, the knobs must parse.
+/// for bf16 (global form: one that some fused op compiles; an op without it refuses the pin when called), the knobs
+/// must parse.
 void check_pin(std::string const& spec, FusedOp const* op, std::string const& pin) {
   size_t const colon = pin.find(':');
   std::string const config = pin.substr(0, colon);
-  bool const coop_ok = op == nullptr || op->has_coop;
-  if (config != kPingpong && !(coop_ok && config == kCoop)) {
+  bool ok = false;
+  for (FusedOp const& f : kFusedOps) ok = ok || ((op == nullptr || op == &f) && compiles(f, config));
+  if (!ok) {
+    std::string const compiled = op != nullptr ? joined(*op) : std::string(kCoop) + "," + kPingpong + "," + kPingpong192;
     bad_spec(spec, (op != nullptr ? std::string(op->name) + " compiles" : std::string("the fused ops compile")) +
-                       " no config '" + config +
-                       "' (compiled: " + (coop_ok ? std::string(kCoop) + ", " : std::string()) + kPingpong +
-                       "; fp16: " + kPingpong + ")");
+                       " no config '" + config + "' (compiled for bf16: " + compiled + "; fp16: " + kPingpong + ")");
   }
   if (colon != std::string::npos) {
     gemm::Knobs k;
@@ -104,6 +126,19 @@ std::string parse_spec(std::string const& spec, char const* op) {
 }
 
 }  // namespace
+
+char const* fused_op_configs(char const* op, bool fp16) {
+  if (op == nullptr) return nullptr;
+  int const i = find_op(op);
+  if (i < 0) return nullptr;
+  if (fp16) return kPingpong;
+  static std::string const* const lists = [] {  // built once, thread-safe (static initialisation)
+    static std::string all[kFusedOpCount];
+    for (int k = 0; k < kFusedOpCount; ++k) all[k] = joined(kFusedOps[k]);
+    return all;
+  }();
+  return lists[i].c_str();
+}
 
 void check_op_config() {
   std::string const spec = runtime::env_string("CODA_OP_CONFIG");

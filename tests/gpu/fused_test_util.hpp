@@ -1,9 +1,12 @@
 // Shared helpers of the fused-op GPU tests: config pinning (CODA_OP_CONFIG), problem shapes, buffer sizes.
 #pragma once
 
+#include <coda/coda.h>
 #include <coda/types.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <deque>
 #include <cstdlib>
 #include <iterator>
 #include <optional>
@@ -12,16 +15,28 @@
 
 namespace coda::test {
 
-/// The mainloop configs every fused forward op compiles, plus nullptr = the default path (CODA_OP_CONFIG unset).
-inline char const* const kFusedConfigs[] = {"coop_128x256x64_c2x1", "pp_128x128x64_c2x1", nullptr};
-
-/// fp16 is compiled in one config (pingpong 128x128); nullptr = the default path.
-inline char const* const kFp16Configs[] = {"pp_128x128x64_c2x1", nullptr};
-
-/// The compiled configs of a dtype (bf16: cooperative and pingpong; fp16: pingpong) plus the default path.
-inline std::vector<char const*> fused_configs(coda_dtype dtype) {
-  if (dtype == CODA_FP16) return {std::begin(kFp16Configs), std::end(kFp16Configs)};
-  return {std::begin(kFusedConfigs), std::end(kFusedConfigs)};
+/// The configs `op` (its C ABI name, "coda_" optional) compiles for `dtype`, as libcoda lists them
+/// (coda_fused_op_configs: the list CODA_OP_CONFIG is checked against), plus nullptr = the default path
+/// (CODA_OP_CONFIG unset). Aborts the test binary on a name libcoda does not know: a test must not pass by running
+/// no config.
+inline std::vector<char const*> fused_configs(coda_dtype dtype, char const* op) {
+  static std::deque<std::string> names;  // the configs' storage for the process (tests pin them by pointer)
+  char const* list = coda_fused_op_configs(op, dtype);
+  if (list == nullptr) {
+    std::fprintf(stderr, "fused_configs: coda_fused_op_configs(\"%s\") is NULL\n", op);
+    std::abort();
+  }
+  std::vector<char const*> out;
+  std::string const all = list;
+  for (size_t begin = 0; begin <= all.size();) {
+    size_t end = all.find(',', begin);
+    if (end == std::string::npos) end = all.size();
+    names.push_back(all.substr(begin, end - begin));
+    out.push_back(names.back().c_str());
+    begin = end + 1;
+  }
+  out.push_back(nullptr);
+  return out;
 }
 
 /// Switches a test file's dtype variable to fp16 for the object's lifetime; restores bf16 after.

@@ -145,7 +145,7 @@ void check_b2(B2Data const& d, bool print, std::vector<float>* partials = nullpt
 /// check_b2 with each compiled config pinned (bf16: cooperative and pingpong; fp16: pingpong) and on the default
 /// path.
 void check_b2_configs(B2Data const& d, bool print) {
-  for (char const* config : coda::test::fused_configs(g_dt)) {
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_residual_rmsnorm_bwd")) {
     SCOPED_TRACE(coda::test::config_name(config));
     coda::test::PinConfig const pin(config);
     check_b2(d, print);

@@ -101,7 +101,7 @@ void check_rowscale(RowscaleData const& d, char const* config, bool print) {
 void rowscale_shapes(std::vector<Shape> const& shapes) {
   for (Shape const& s : shapes) {
     RowscaleData const d = make_rowscale(s, static_cast<uint64_t>(s.M * 1009 + s.N * 31 + s.K));
-    for (char const* config : coda::test::fused_configs(g_dt)) check_rowscale(d, config, s.M >= 1000);
+    for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale")) check_rowscale(d, config, s.M >= 1000);
   }
 }
 
@@ -204,7 +204,7 @@ void check_residual(ResidualData const& d, char const* config, bool in_place, bo
 void residual_shapes(std::vector<Shape> const& shapes) {
   for (Shape const& s : shapes) {
     ResidualData const d = make_residual(s, static_cast<uint64_t>(s.M * 7919 + s.N * 13 + s.K));
-    for (char const* config : coda::test::fused_configs(g_dt)) check_residual(d, config, false, s.M >= 1000);
+    for (char const* config : coda::test::fused_configs(g_dt, "linear_residual_rmsnorm")) check_residual(d, config, false, s.M >= 1000);
   }
 }
 
@@ -258,7 +258,7 @@ TEST(FusedForward, LinearResidualRmsnormInPlace) {
   CODA_REQUIRE_SM90();
   for (Shape s : {Shape{7, 264, 264}, Shape{1000, 2048, 264}, Shape{4097, 264, 2048}}) {
     ResidualData const d = make_residual(s, static_cast<uint64_t>(s.M + s.N + s.K));
-    for (char const* config : coda::test::fused_configs(g_dt)) check_residual(d, config, true, false);
+    for (char const* config : coda::test::fused_configs(g_dt, "linear_residual_rmsnorm")) check_residual(d, config, true, false);
   }
 }
 
@@ -345,13 +345,13 @@ TEST(FusedForward, EmptyM) {
 TEST(FusedForwardSanitize, LinearRowscaleSmall) {
   CODA_REQUIRE_SM90();
   RowscaleData const d = make_rowscale({264, 136, 200}, 11);
-  for (char const* config : coda::test::fused_configs(g_dt)) check_rowscale(d, config, false);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale")) check_rowscale(d, config, false);
 }
 
 TEST(FusedForwardSanitize, LinearResidualRmsnormSmall) {
   CODA_REQUIRE_SM90();
   ResidualData const d = make_residual({264, 136, 200}, 12);
-  for (char const* config : coda::test::fused_configs(g_dt)) {
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_residual_rmsnorm")) {
     check_residual(d, config, false, false);
     check_residual(d, config, true, false);
   }
@@ -365,7 +365,7 @@ TEST(FusedForwardFp16, RowscaleAndResidualRmsnorm) {
   rowscale_shapes(shapes);
   residual_shapes(shapes);
   ResidualData const d = make_residual({1000, 2048, 264}, 31);
-  for (char const* config : coda::test::fused_configs(g_dt)) check_residual(d, config, true, false);  // in place
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_residual_rmsnorm")) check_residual(d, config, true, false);  // in place
 }
 
 TEST(FusedForwardSanitize, Fp16Small) {
@@ -373,8 +373,8 @@ TEST(FusedForwardSanitize, Fp16Small) {
   coda::test::UseFp16 const fp16(g_dt);
   RowscaleData const r = make_rowscale({264, 136, 200}, 32);
   ResidualData const x = make_residual({264, 136, 200}, 33);
-  for (char const* config : coda::test::fused_configs(g_dt)) {
-    check_rowscale(r, config, false);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale")) check_rowscale(r, config, false);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_residual_rmsnorm")) {
     check_residual(x, config, false, false);
   }
 }

@@ -138,7 +138,7 @@ void check_swiglu(SwigluData const& d, char const* config, bool print, bool node
 void swiglu_shapes(std::vector<Shape> const& shapes) {
   for (Shape const& s : shapes) {
     SwigluData const d = make_swiglu(s, static_cast<uint64_t>(s.M * 1013 + s.N * 37 + s.K));
-    for (char const* config : coda::test::fused_configs(g_dt)) check_swiglu(d, config, s.M >= 1000, config == nullptr);
+    for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_swiglu")) check_swiglu(d, config, s.M >= 1000, config == nullptr);
   }
 }
 
@@ -283,7 +283,7 @@ void check_rope_functor(RopeData const& d, std::vector<uint16_t> const& q_bits) 
 void rope_cases(std::vector<RopeCase> const& cases) {
   for (RopeCase const& c : cases) {
     RopeData const d = make_rope(c, static_cast<uint64_t>(c.M * 131 + c.K * 7 + c.heads.width() + c.max_position));
-    for (char const* config : coda::test::fused_configs(g_dt)) check_rope(d, config, c.M >= 1000);
+    for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_rope")) check_rope(d, config, c.M >= 1000);
   }
 }
 
@@ -358,13 +358,13 @@ TEST(FusedForward, SwigluRopeEmptyM) {
 TEST(FusedSwigluRopeSanitize, SwigluSmall) {
   CODA_REQUIRE_SM90();
   SwigluData const d = make_swiglu({264, 272, 200}, 21);
-  for (char const* config : coda::test::fused_configs(g_dt)) check_swiglu(d, config, false, true);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_swiglu")) check_swiglu(d, config, false, true);
 }
 
 TEST(FusedSwigluRopeSanitize, RopeSmall) {
   CODA_REQUIRE_SM90();
   RopeData const d = make_rope({264, 200, RopeHeads{4, 2, 64}, 70000}, 22);
-  for (char const* config : coda::test::fused_configs(g_dt)) check_rope(d, config, false, config == nullptr);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_rope")) check_rope(d, config, false, config == nullptr);
 }
 
 // fp16: the pingpong kernels.
@@ -384,9 +384,9 @@ TEST(FusedSwigluRopeSanitize, Fp16Small) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);
   SwigluData const s = make_swiglu({264, 272, 200}, 23);
-  for (char const* config : coda::test::fused_configs(g_dt)) check_swiglu(s, config, false, true);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_swiglu")) check_swiglu(s, config, false, true);
   RopeData const r = make_rope({264, 200, RopeHeads{4, 2, 64}, 70000}, 24);
-  for (char const* config : coda::test::fused_configs(g_dt)) check_rope(r, config, false, config == nullptr);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_rope")) check_rope(r, config, false, config == nullptr);
 }
 
 }  // namespace
