@@ -72,6 +72,7 @@ import argparse
 import datetime
 import importlib
 import math
+import os
 import re
 import sys
 import time
@@ -123,9 +124,10 @@ def parse_quack_config(label):
     return dict(tile_m=int(tm), tile_n=int(tn), pingpong=kind == "pp", cluster_m=int(cm), cluster_n=int(cn))
 
 
-def contenders(op, quack=True):
-    """The impl names timed for op, in the order they are built (references first: cuBLAS, then CODA)."""
-    base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"]
+def contenders(op, quack=True, coda_pins=()):
+    """The impl names timed for op, in the order they are built (references first: cuBLAS, then CODA, then CODA
+    with each --coda-pins config: `coda:PIN`)."""
+    base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
     if not quack:
         return base
     extra = {"f1": ["quack_default", "quack_best", "quack_rms"],
@@ -158,7 +160,7 @@ def canonical_config(name):
 
 
 def estimate_seconds(ops, configs, tokens, timing, quack=True, n_screen=len(QUACK_CONFIGS), setup_s=1.5,
-                     tflops=650.0):
+                     tflops=650.0, coda_pins=()):
     """GPU seconds the run should take, quack's compiles left out: per (op, config, tokens), every contender's
     warm-up and rounds (one timing lasts --timing-ms, or min_reps calls where a call is longer, a call's time
     guessed from its FLOPs at `tflops`), the screen of the config short list, and setup_s for inputs, first calls
@@ -171,7 +173,7 @@ def estimate_seconds(ops, configs, tokens, timing, quack=True, n_screen=len(QUAC
                 w = work(op, op_shape(op, cfg, M))
                 call_s = w.get("flop", 0) / (tflops * 1e12)
                 one = max(timing.timing_s, timing.min_reps * call_s)
-                n = len(contenders(op, quack))
+                n = len(contenders(op, quack, coda_pins))
                 total += setup_s + n * (max(timing.warm_s, call_s) + timing.rounds * one)
                 if quack and op in SCREENED_OPS:
                     screen_one = max(timing.screen_s, timing.min_reps * call_s)
@@ -197,6 +199,10 @@ def parse_args(argv=None):
     p.add_argument("--timing-ms", type=float, default=None, help="length of one timing (default 150, --quick 50)")
     p.add_argument("--tol", type=float, default=0.03,
                    help="max |a - b| / max |b| for `agrees` (bf16 outputs; default %(default)s)")
+    p.add_argument("--coda-pins", default="",
+                   help="';'-separated configs (config[:knobs]) to time CODA's op with, each pinned as a contender "
+                        "`coda:PIN` (CODA_OP_CONFIG's global form, CODA_GEMM_CONFIG for gemm_gu/gemm_down): an op "
+                        "that does not compile a pinned config gets an error row for it")
     p.add_argument("--deadline-min", type=float, default=None,
                    help="start no new (op, config, tokens) after this many minutes (each gets a `skipped` row)")
     p.add_argument("--commit", default=None, help="commit label of the rows (default: git rev-parse --short HEAD)")
@@ -222,6 +228,7 @@ def parse_args(argv=None):
         bad = [o for o in a.ops if o not in OPS]
         if bad or not a.ops:
             p.error(f"--ops: unknown {', '.join(bad) or '(none given)'}; the ops are {', '.join(OPS)}")
+    a.coda_pins = list(dict.fromkeys(c.strip() for c in a.coda_pins.split(";") if c.strip()))
     a.quack_configs = list(dict.fromkeys(c.strip() for c in a.quack_configs.split(",") if c.strip()))
     for c in a.quack_configs:
         try:
@@ -391,9 +398,9 @@ def _rand(g, device):
     return r
 
 
-def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda"):
+def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", coda_pins=()):
     """The contenders of op at model config cfg and M tokens on CUDA (quack: QuackOps or None; quack_configs: the
-    short list quack_best is screened from)."""
+    short list quack_best is screened from; coda_pins: CODA's own call with each config pinned, `coda:PIN`)."""
     from coda import _C, _kernels
     shape = op_shape(op, cfg, M)
     _, N, K = shape
@@ -529,7 +536,29 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda"):
                                         ("rstd", lambda o: o["rstd"], lambda r_: r_["rstd"])])
     else:
         raise ValueError(f"unknown op {op!r}")
+    if op != "rmsnorm":
+        var = "CODA_GEMM_CONFIG" if op in ("gemm_gu", "gemm_down") else "CODA_OP_CONFIG"
+        for pin in coda_pins:
+            fns[f"coda:{pin}"] = with_env(var, pin, fns["coda"])
+            if "coda" in checks:  # the same comparison as CODA's default call
+                checks[f"coda:{pin}"] = checks["coda"]
     return Case(op, shape, fns, checks, pinned, labels, info)
+
+
+def with_env(var, value, fn):
+    """fn with the environment variable var = value for the call (libcoda reads CODA_OP_CONFIG and CODA_GEMM_CONFIG
+    on every call), restored after."""
+    def call():
+        old = os.environ.get(var)
+        os.environ[var] = value
+        try:
+            return fn()
+        finally:
+            if old is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = old
+    return call
 
 
 # --- measuring ------------------------------------------------------------------------------------------------------
@@ -817,7 +846,7 @@ def read_rows(path):
 def main(argv=None):
     a = parse_args(argv)
     t = a.timing
-    est = estimate_seconds(a.ops, a.configs, a.tokens, t, a.quack, len(a.quack_configs))
+    est = estimate_seconds(a.ops, a.configs, a.tokens, t, a.quack, len(a.quack_configs), coda_pins=a.coda_pins)
     print(f"vs_quack: {len(a.ops)} ops x {len(a.configs)} configs x {len(a.tokens)} token counts; planned GPU time "
           f"~{est:.0f} s ({est / 60:.1f} min) plus quack's first-call compiles", flush=True)
     if a.estimate:
@@ -855,14 +884,16 @@ def main(argv=None):
                 new = []
                 if a.deadline_min is not None and time.perf_counter() - start > 60 * a.deadline_min:
                     new = [make_row(op, config, shape, impl, {"error": f"skipped: --deadline-min {a.deadline_min}"},
-                                    commit, gpu, date, **run_fields) for impl in contenders(op, quack is not None)]
+                                    commit, gpu, date, **run_fields)
+                           for impl in contenders(op, quack is not None, a.coda_pins)]
                 else:
                     try:
-                        case = build_case(op, cfg, M, quack, a.quack_configs, device=DEVICE)
+                        case = build_case(op, cfg, M, quack, a.quack_configs, device=DEVICE, coda_pins=a.coda_pins)
                         results, screen = run_case(case, t, a.tol, device=DEVICE)
                     except Exception as e:  # the inputs or a reference could not be built: one row per contender
                         case, screen = None, []
-                        results = {impl: {"error": _err(e)} for impl in contenders(op, quack is not None)}
+                        results = {impl: {"error": _err(e)}
+                                   for impl in contenders(op, quack is not None, a.coda_pins)}
                     for impl, r in results.items():
                         label = case.labels.get(impl) if case else None
                         new.append(make_row(op, config, shape, impl, r, commit, gpu, date, quack_config=label,
