@@ -80,8 +80,7 @@ struct Sm90PairStore : Sm90StoreOnlyNode {
 
     CoordTensor tC_cY;  // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
     int M;
-    int F;  // y columns (N / 2; N is an int in the problem shape). 32-bit: these members live through the whole
-            // tile, and at a 128x192 pingpong tile (192 accumulators per thread) every register counts.
+    int F;  // y columns (N / 2; N is an int in the problem shape): 32-bit, as it lives through the whole tile
     Params const* params;
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>

@@ -47,13 +47,10 @@ struct Pp128x128x64C2x1 : Mainloop<128, 128, 2, 1, true, false> {
 };
 /// Pingpong 128x192 (192 fp32 accumulators per consumer thread): 1.5x the 128x128 tile's FLOPs per operand byte
 /// while one warpgroup's epilogue still hides behind the other's MMA; quack's fastest sm90 config on the LLaMA
-/// gate/up shapes (bench/results/vs_quack/).
+/// gate/up shapes (bench/results/vs_quack/). Plain forward GEMM only: F3 with it measured slower than F3's
+/// pingpong 128x128 (its epilogue spilled 12 bytes).
 struct Pp128x192x64C2x1 : Mainloop<128, 192, 2, 1, true, false> {
   static constexpr char const* kName = "pp_128x192x64_c2x1";
-};
-/// The same tile transposed, cluster along N (A multicast): quack's pick on the llama3-8B F1/F3 shapes.
-struct Pp192x128x64C1x2 : Mainloop<192, 128, 1, 2, true, false> {
-  static constexpr char const* kName = "pp_192x128x64_c1x2";
 };
 /// Pingpong with wide N tiles (each warpgroup owns 64 x 256): fewer B loads per FLOP at small M tiles.
 struct Pp64x256x64C2x1 : Mainloop<64, 256, 2, 1, true, false> {

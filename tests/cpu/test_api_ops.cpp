@@ -633,8 +633,7 @@ TEST(Abi, VersionAndDtypeSizes) {
 }
 
 TEST(Abi, FusedOpConfigs) {
-  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_BF16),
-               "coop_128x256x64_c2x1,pp_128x128x64_c2x1,pp_128x192x64_c2x1");
+  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("coda_linear_rowscale_swiglu", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_BF16), "pp_128x128x64_c2x1");
   EXPECT_EQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_FP32), nullptr);
@@ -789,8 +788,8 @@ TEST(OpRules, OpConfigValidValuesReachTheDeviceStage) {
 }
 
 TEST(OpRules, OpConfigAcceptsEveryListedConfigAndNoOther) {
-  // coda_fused_op_configs is what the GPU tests and benchmarks pin: each listed config passes the check, and an
-  // op's pin of a config another op compiles (pp_128x192x64_c2x1: F3 only) is refused.
+  // coda_fused_op_configs is what the GPU tests and benchmarks pin: each listed config passes the check, and a
+  // config an op does not list (pp_128x192x64_c2x1: a plain-GEMM config) is refused for it.
   RowScale f;
   auto& pool = f.pool;
   coda_tensor y = pool.make(CODA_FP16, {M, N});
@@ -799,25 +798,21 @@ TEST(OpRules, OpConfigAcceptsEveryListedConfigAndNoOther) {
     char const* list = coda_fused_op_configs(op, CODA_BF16);
     ASSERT_NE(list, nullptr) << op;
     std::string const all = list;
-    bool has192 = false;
     for (size_t begin = 0; begin <= all.size();) {
       size_t end = all.find(',', begin);
       if (end == std::string::npos) end = all.size();
       std::string const config = all.substr(begin, end - begin);
       begin = end + 1;
-      has192 = has192 || config == "pp_128x192x64_c2x1";
       std::string const pin = std::string(op) + "=" + config;
       SCOPED_TRACE(pin);
       OpConfigEnv const env(pin.c_str());
       EXPECT_DEVICE_STAGE(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), "h:");
     }
-    if (!has192) {
-      std::string const pin = std::string(op) + "=pp_128x192x64_c2x1";
-      SCOPED_TRACE(pin);
-      OpConfigEnv const env(pin.c_str());
-      EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr),
-                      CODA_ERROR_INVALID_ARGUMENT, "CODA_OP_CONFIG", "compiles no config 'pp_128x192x64_c2x1'");
-    }
+    std::string const pin = std::string(op) + "=pp_128x192x64_c2x1";
+    SCOPED_TRACE(pin);
+    OpConfigEnv const env(pin.c_str());
+    EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr),
+                    CODA_ERROR_INVALID_ARGUMENT, "CODA_OP_CONFIG", "compiles no config 'pp_128x192x64_c2x1'");
   }
 }
 

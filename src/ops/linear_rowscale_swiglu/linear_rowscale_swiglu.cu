@@ -10,12 +10,8 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
                             int64_t ldw, float const* rstd, void* z, int64_t ldz, void* y, int64_t ldy, bool fp16,
                             cudaStream_t stream) {
   namespace kn = swiglu_kernels;
-  // In fused_op_configs' order (op_config.cu).
-  gemm::KernelOps<SwigluArgs> const* const bf16[] = {&kn::fwd_bf16_coop_128x256x64_c2x1(),
-                                                     &kn::fwd_bf16_pp_128x128x64_c2x1(),
-                                                     &kn::fwd_bf16_pp_128x192x64_c2x1()};
-  auto choice = choose_kernel("coda_linear_rowscale_swiglu", fp16, bf16, kn::fwd_bf16_pp_128x128x64_c2x1(),
-                              kn::fwd_fp16_pp_128x128x64_c2x1());
+  auto choice = choose_kernel("coda_linear_rowscale_swiglu", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
+                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
   // Pingpong 128x128 (the SwiGLU epilogue, with 1.5x the plain GEMM's output bytes, overlaps the other
   // warpgroup's MMA), raster along N, swizzle 8: 0.98-1.01 x cuBLAS on the LLaMA gate/up shapes, where the
   // cooperative 128x256 took 1.16-1.28 x and the default raster up to 1.4 x (bench/results/fused_h200_*).
