@@ -741,6 +741,17 @@ def _ms(rows, impl):
     return r.get("ms") if r and "error" not in r else None
 
 
+QUACK_EQUIVALENTS = ("quack_default", "quack_best", "quack", "quack_rms", "quack_norm_act")
+
+
+def fastest_quack_ms(rows):
+    """The least ms among the quack contenders that compute CODA's op (QUACK_EQUIVALENTS) and did not disagree with
+    its outputs; None where there is none."""
+    times = [_ms(rows, i) for i in QUACK_EQUIVALENTS if rows.get(i, {}).get("agrees") is not False]
+    times = [t for t in times if t]
+    return min(times) if times else None
+
+
 def _ratio(a, b):
     return f"{a / b:.3f}" if a and b else "-"
 
@@ -772,8 +783,11 @@ def _with_ratio(g, impl, base):
 
 def markdown_table(rows):
     """The run's table, one line per (op, config, tokens): each contender's ms with its time / cuBLAS's in brackets
-    (time / time: below 1, the first named is faster), quack_best's config, CODA / quack (quack_best, else the op's
-    one quack contender), the other quack contenders, and the output check ("yes", or the impls that disagree)."""
+    (time / time: below 1, the first named is faster), quack_best's config, CODA / quack (over the fastest quack
+    contender whose outputs agree with CODA's: quack_default, quack_best, the op's one `quack` call, quack_rms or
+    quack_norm_act, which compute what CODA's op does; the screen picks quack_best from short timings, so
+    quack_default can come out faster), the other contenders, and the output check ("yes", or the impls that
+    disagree)."""
     lines = ["| op | config | tokens | cuBLAS ms | CODA ms (/ cuBLAS) | quack default ms (/ cuBLAS) | quack best ms "
              "(/ cuBLAS) | quack best config | CODA / quack | other (/ cuBLAS) | agree |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|---|---|"]
@@ -791,7 +805,7 @@ def markdown_table(rows):
             agree += "; errors: " + ", ".join(errors)
         lines.append(f"| {op} | {config} | {tokens} | {_cell(g, 'cublas_gemm')} | {_with_ratio(g, 'coda', cb)} | "
                      f"{_with_ratio(g, 'quack_default', cb)} | {_with_ratio(g, qname, cb)} | {label or '-'} | "
-                     f"{_ratio(_ms(g, 'coda'), _ms(g, qname))} | {'; '.join(other) or '-'} | {agree} |")
+                     f"{_ratio(_ms(g, 'coda'), fastest_quack_ms(g))} | {'; '.join(other) or '-'} | {agree} |")
     return "\n".join(lines)
 
 

@@ -421,3 +421,12 @@ def test_main_end_to_end_on_the_cpu(monkeypatch, tmp_path, capsys):
     assert vs_quack.main(args[:-2] + ["--deadline-min", "0", "--out", str(tmp_path / "c")]) == 0
     got = vs_quack.read_rows(tmp_path / "c" / "vs_quack.jsonl")
     assert len(got) == 5 + 3 + 2 and all(r["error"].startswith("skipped: --deadline-min") for r in got)
+
+
+def test_coda_over_quack_uses_the_fastest_agreeing_quack_call():
+    """CODA / quack divides by the fastest quack contender computing the same op whose outputs agreed: the screen's
+    quack_best can come out slower than quack_default, and a disagreeing call does not count."""
+    g = {"coda": {"ms": 2.0}, "quack_default": {"ms": 1.6, "agrees": True}, "quack_best": {"ms": 1.8, "agrees": True},
+         "quack_norm_act": {"ms": 1.0, "agrees": False}, "quack_rms": {"error": "TypeError"}, "coda:pin": {"ms": 0.5}}
+    assert vs_quack.fastest_quack_ms(g) == 1.6
+    assert vs_quack.fastest_quack_ms({"coda": {"ms": 1.0}}) is None
