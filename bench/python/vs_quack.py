@@ -202,7 +202,8 @@ def parse_args(argv=None):
     p.add_argument("--coda-pins", default="",
                    help="';'-separated configs (config[:knobs]) to time CODA's op with, each pinned as a contender "
                         "`coda:PIN` (CODA_OP_CONFIG's global form, CODA_GEMM_CONFIG for gemm_gu/gemm_down): an op "
-                        "that does not compile a pinned config gets an error row for it")
+                        "that does not compile a pinned config gets an error row for it; an entry VAR=VALUE with "
+                        "VAR a CODA_* variable sets that instead (e.g. CODA_PDL=1)")
     p.add_argument("--deadline-min", type=float, default=None,
                    help="start no new (op, config, tokens) after this many minutes (each gets a `skipped` row)")
     p.add_argument("--commit", default=None, help="commit label of the rows (default: git rev-parse --short HEAD)")
@@ -537,12 +538,20 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
     else:
         raise ValueError(f"unknown op {op!r}")
     if op != "rmsnorm":
-        var = "CODA_GEMM_CONFIG" if op in ("gemm_gu", "gemm_down") else "CODA_OP_CONFIG"
         for pin in coda_pins:
-            fns[f"coda:{pin}"] = with_env(var, pin, fns["coda"])
+            fns[f"coda:{pin}"] = with_env(*pin_variable(op, pin), fns["coda"])
             if "coda" in checks:  # the same comparison as CODA's default call
                 checks[f"coda:{pin}"] = checks["coda"]
     return Case(op, shape, fns, checks, pinned, labels, info)
+
+
+def pin_variable(op, pin):
+    """(variable, value) that a --coda-pins entry sets: VAR=VALUE as given for a CODA_* variable (e.g. CODA_PDL=1),
+    else the config pin in CODA_GEMM_CONFIG (gemm_gu, gemm_down) or CODA_OP_CONFIG (the fused ops)."""
+    m = re.fullmatch(r"(CODA_[A-Z0-9_]+)=(.*)", pin)
+    if m:
+        return m.group(1), m.group(2)
+    return ("CODA_GEMM_CONFIG" if op in ("gemm_gu", "gemm_down") else "CODA_OP_CONFIG"), pin
 
 
 def with_env(var, value, fn):

@@ -232,13 +232,18 @@ struct FusedLinear {
     launch.blockDim = Kernel::get_block_shape();
     launch.dynamicSmemBytes = static_cast<size_t>(Kernel::SharedStorageSize);
     launch.stream = stream;
-    cudaLaunchAttribute attribute[1];
+    cudaLaunchAttribute attribute[2];
     attribute[0].id = cudaLaunchAttributeClusterDimension;
     attribute[0].val.clusterDim.x = Config::kClusterM;
     attribute[0].val.clusterDim.y = Config::kClusterN;
     attribute[0].val.clusterDim.z = 1;
     launch.attrs = attribute;
     launch.numAttrs = 1;
+    if (programmatic_launch()) {  // CODA_PDL (kernel_api.hpp): may start before the previous kernel ends
+      attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute[1].val.programmaticStreamSerializationAllowed = 1;
+      launch.numAttrs = 2;
+    }
     CODA_CUDA_CHECK(cudaLaunchKernelEx(&launch, &cutlass::device_kernel<Kernel>, params));
   }
 

@@ -14,6 +14,14 @@
 
 namespace coda::gemm {
 
+/// Whether CODA's GEMM kernels (plain and fused) launch with programmatic dependent launch (PDL): true when
+/// CODA_PDL is set to anything but "", "0", "false", "off" or "no"; read on every launch. With it a kernel's CTAs may
+/// start while the previous kernel in the stream finishes its last tiles (quack launches its sm90 GEMMs this way);
+/// the kernels are compiled with CUTLASS_ENABLE_GDC_FOR_SM90, so their producer warps wait for the previous grid
+/// (griddepcontrol.wait) before their first global load, and every epilogue read or write comes after that.
+/// Without the launch attribute those instructions do nothing. Off by default until measured on the H200.
+bool programmatic_launch();
+
 /// Order in which the persistent tile scheduler walks output tiles (CUTLASS `RasterOrderOptions`).
 /// kHeuristic: along M when the grid has more N tiles than M tiles, else along N.
 enum class Raster : uint8_t { kHeuristic, kAlongM, kAlongN };

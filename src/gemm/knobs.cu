@@ -1,9 +1,13 @@
 // Knob text parsing (host only).
 #include "gemm/knobs.hpp"
 
+#include "runtime/autotune.hpp"
+
 #include <cstdlib>
 
 namespace coda::gemm {
+
+bool programmatic_launch() { return runtime::env_flag("CODA_PDL"); }
 
 bool parse_knobs(std::string const& text, Knobs& knobs, std::string* why) {
   size_t pos = 0;

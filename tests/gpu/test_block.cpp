@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -297,6 +298,57 @@ TEST(Block, ForwardBackwardFp16) {
 TEST(BlockSanitize, Small) {
   CODA_REQUIRE_SM90();
   check_block({72, 128, 136, 2, 1, 64}, CODA_BF16, true, 5, false);
+}
+
+/// Programmatic dependent launch (CODA_PDL=1: each GEMM may start while the previous kernel finishes) must not
+/// change a bit: the block's forward and backward chain every fused op on its predecessor's output, in place too
+/// (dx accumulated into dx2, dz over z). Run twice on the same inputs, CODA_PDL unset and set, twice each way.
+TEST(Block, ProgrammaticLaunchIsBitIdentical) {
+  CODA_REQUIRE_SM90();
+  Shape const s{512, 1024, 2816, 8, 2, 128};
+  coda_dtype const dt = CODA_BF16;
+  Rng rng(21);
+  Weights const w = random_weights(s, rng, dt);
+  Matrix const y0 = round_to(random_activation(s.M, s.qo(), rng), dt);
+  Matrix const x0 = round_to(random_residual(s.M, s.d, rng), dt);
+  Positions const pos = random_positions(s.M, 8192, rng);
+  Vector const freq = rope_inv_freq(s.hd);
+  Matrix const dqkv = round_to(random_activation(s.M, s.W(), rng), dt);
+  Matrix const dx2 = round_to(random_activation(s.M, s.d, rng), dt);
+  auto run = [&](bool pdl) {
+    if (pdl) {
+      setenv("CODA_PDL", "1", 1);
+    } else {
+      unsetenv("CODA_PDL");
+    }
+    DevBlock b(s, dt, w);
+    Dev dy0v(dt, s.M, s.qo()), dx0v(dt, s.M, s.d), dqkvv(dt, s.M, s.W()), dx2v(dt, s.M, s.d);
+    Dev dpos(CODA_INT32, s.M), dfreq(CODA_FP32, s.hd / 2), gy0(dt, s.M, s.qo());
+    dy0v.set(y0), dx0v.set(x0), dqkvv.set(dqkv), dx2v.set(dx2), dfreq.set(freq);
+    dpos.buf.upload(pos);
+    b.forward(dy0v.t, dx0v.t, dpos.t, dfreq.t);
+    b.backward(dy0v.t, dpos.t, dfreq.t, dqkvv.t, &dx2v.t, gy0.t, dx2v.t);  // dx0 accumulated in place over dx2
+    unsetenv("CODA_PDL");
+    std::vector<Matrix> out{b.x1.matrix(), b.z1.matrix(), b.x2.matrix(), b.qkv.matrix(), gy0.matrix(),
+                            dx2v.matrix(), b.gwo.matrix(), b.gwgu.matrix(), b.gwd.matrix(), b.gwqkv.matrix()};
+    for (Vector const& v : {b.rstd1.vector(), b.rstd2.vector(), b.gg1.vector(), b.gg2.vector()}) {
+      out.emplace_back(1, static_cast<int64_t>(v.size()), v);
+    }
+    return out;
+  };
+  char const* const names[] = {"x1", "z1", "x2", "qkv", "dy0", "dx0", "dwo", "dwgu", "dwd", "dwqkv",
+                               "rstd1", "rstd2", "dgamma1", "dgamma2"};
+  std::vector<Matrix> const off = run(false);
+  for (bool pdl : {true, false, true}) {
+    std::vector<Matrix> const again = run(pdl);
+    ASSERT_EQ(again.size(), off.size());
+    for (size_t i = 0; i < off.size(); ++i) {
+      ASSERT_TRUE(again[i].same_shape(off[i])) << names[i];
+      size_t differ = 0;
+      for (size_t k = 0; k < off[i].data.size(); ++k) differ += again[i].data[k] != off[i].data[k];
+      EXPECT_EQ(differ, 0u) << names[i] << (pdl ? " with" : " without") << " CODA_PDL: elements that differ";
+    }
+  }
 }
 
 /// Two blocks A -> B: B's attention output is A's q columns (a stand-in for attention), B's residual input is A's

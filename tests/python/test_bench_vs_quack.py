@@ -430,3 +430,21 @@ def test_coda_over_quack_uses_the_fastest_agreeing_quack_call():
          "quack_norm_act": {"ms": 1.0, "agrees": False}, "quack_rms": {"error": "TypeError"}, "coda:pin": {"ms": 0.5}}
     assert vs_quack.fastest_quack_ms(g) == 1.6
     assert vs_quack.fastest_quack_ms({"coda": {"ms": 1.0}}) is None
+
+
+def test_coda_pins_name_their_variable():
+    """--coda-pins: a config goes to the op's config variable; VAR=VALUE sets a CODA_* variable (CODA_PDL=1) for
+    the call only."""
+    import os
+    assert vs_quack.pin_variable("gemm_gu", "pp_128x192x64_c2x1") == ("CODA_GEMM_CONFIG", "pp_128x192x64_c2x1")
+    pin = "pp_128x128x64_c2x1:raster=n"
+    assert vs_quack.pin_variable("f3", pin) == ("CODA_OP_CONFIG", pin)
+    assert vs_quack.pin_variable("b2", "CODA_PDL=1") == ("CODA_PDL", "1")
+    assert vs_quack.contenders("f3", False, ["CODA_PDL=1"]) == ["cublas_gemm", "coda", "coda:CODA_PDL=1"]
+    old = os.environ.pop("CODA_PDL", None)
+    try:
+        seen = vs_quack.with_env("CODA_PDL", "1", lambda: os.environ.get("CODA_PDL"))()
+        assert seen == "1" and "CODA_PDL" not in os.environ
+    finally:
+        if old is not None:
+            os.environ["CODA_PDL"] = old
