@@ -5,6 +5,8 @@ first step): every contender of an (op, model config, tokens) is timed in the sa
     python bench/python/vs_quack.py --out $OUT/vs_quack                        # 1B/8B/70B at 8192 tokens
     python bench/python/vs_quack.py --out $OUT/vs_quack16k --tokens 16384      # the other half of the issue's set
     python bench/python/vs_quack.py --estimate [--tokens 8192,16384]          # the planned GPU time only (no GPU)
+    python bench/python/vs_quack.py --ops gemm_gu,f3 --coda-pins "CODA_PDL=1;pp_128x192x64_c2x1"  # CODA variants
+    python bench/python/vs_quack.py --ops rmsnorm --graph-ops rmsnorm         # + CUDA-graph replays (no host time)
 
 Ops, their GEMM (D[M,N] = A[M,K] B, M = tokens; d, F from bench/python/common.py CONFIGS, V = 128256) and the
 contenders (`impl`; CODA's first, then quack's):
@@ -124,16 +126,17 @@ def parse_quack_config(label):
     return dict(tile_m=int(tm), tile_n=int(tn), pingpong=kind == "pp", cluster_m=int(cm), cluster_n=int(cn))
 
 
-def contenders(op, quack=True, coda_pins=()):
+def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     """The impl names timed for op, in the order they are built (references first: cuBLAS, then CODA, then CODA
-    with each --coda-pins config: `coda:PIN`)."""
+    with each --coda-pins config: `coda:PIN`; for an op in --graph-ops, `coda_graph` and `quack_graph` last)."""
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
+    graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
     if not quack:
-        return base
+        return base + graphed
     extra = {"f1": ["quack_default", "quack_best", "quack_rms"],
              "f3": ["quack_default", "quack_best", "quack_norm_act"],
              "b2": ["quack"], "lm_head": ["quack"], "rmsnorm": ["quack"]}
-    return base + extra.get(op, ["quack_default", "quack_best"])
+    return base + extra.get(op, ["quack_default", "quack_best"]) + graphed
 
 
 def op_shape(op, cfg, M):
@@ -160,7 +163,7 @@ def canonical_config(name):
 
 
 def estimate_seconds(ops, configs, tokens, timing, quack=True, n_screen=len(QUACK_CONFIGS), setup_s=1.5,
-                     tflops=650.0, coda_pins=()):
+                     tflops=650.0, coda_pins=(), graph_ops=()):
     """GPU seconds the run should take, quack's compiles left out: per (op, config, tokens), every contender's
     warm-up and rounds (one timing lasts --timing-ms, or min_reps calls where a call is longer, a call's time
     guessed from its FLOPs at `tflops`), the screen of the config short list, and setup_s for inputs, first calls
@@ -173,7 +176,7 @@ def estimate_seconds(ops, configs, tokens, timing, quack=True, n_screen=len(QUAC
                 w = work(op, op_shape(op, cfg, M))
                 call_s = w.get("flop", 0) / (tflops * 1e12)
                 one = max(timing.timing_s, timing.min_reps * call_s)
-                n = len(contenders(op, quack, coda_pins))
+                n = len(contenders(op, quack, coda_pins, graph_ops))
                 total += setup_s + n * (max(timing.warm_s, call_s) + timing.rounds * one)
                 if quack and op in SCREENED_OPS:
                     screen_one = max(timing.screen_s, timing.min_reps * call_s)
@@ -204,6 +207,9 @@ def parse_args(argv=None):
                         "`coda:PIN` (CODA_OP_CONFIG's global form, CODA_GEMM_CONFIG for gemm_gu/gemm_down): an op "
                         "that does not compile a pinned config gets an error row for it; an entry VAR=VALUE with "
                         "VAR a CODA_* variable sets that instead (e.g. CODA_PDL=1)")
+    p.add_argument("--graph-ops", default="",
+                   help="comma-separated ops also timed as CUDA-graph replays of 20 calls (`coda_graph`, "
+                        "`quack_graph`, per call): for ops whose host time per call exceeds the kernel, e.g. rmsnorm")
     p.add_argument("--deadline-min", type=float, default=None,
                    help="start no new (op, config, tokens) after this many minutes (each gets a `skipped` row)")
     p.add_argument("--commit", default=None, help="commit label of the rows (default: git rev-parse --short HEAD)")
@@ -230,6 +236,10 @@ def parse_args(argv=None):
         if bad or not a.ops:
             p.error(f"--ops: unknown {', '.join(bad) or '(none given)'}; the ops are {', '.join(OPS)}")
     a.coda_pins = list(dict.fromkeys(c.strip() for c in a.coda_pins.split(";") if c.strip()))
+    a.graph_ops = list(dict.fromkeys(o.strip() for o in a.graph_ops.split(",") if o.strip()))
+    if any(o not in OPS for o in a.graph_ops):
+        p.error(f"--graph-ops: unknown {', '.join(o for o in a.graph_ops if o not in OPS)}; the ops are "
+                f"{', '.join(OPS)}")
     a.quack_configs = list(dict.fromkeys(c.strip() for c in a.quack_configs.split(",") if c.strip()))
     for c in a.quack_configs:
         try:
@@ -399,7 +409,7 @@ def _rand(g, device):
     return r
 
 
-def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", coda_pins=()):
+def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", coda_pins=(), graph_ops=()):
     """The contenders of op at model config cfg and M tokens on CUDA (quack: QuackOps or None; quack_configs: the
     short list quack_best is screened from; coda_pins: CODA's own call with each config pinned, `coda:PIN`)."""
     from coda import _C, _kernels
@@ -542,7 +552,49 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns[f"coda:{pin}"] = with_env(*pin_variable(op, pin), fns["coda"])
             if "coda" in checks:  # the same comparison as CODA's default call
                 checks[f"coda:{pin}"] = checks["coda"]
+    if op in graph_ops:
+        for impl in ("coda", "quack"):
+            if impl in fns:
+                fns[f"{impl}_graph"] = GraphReplay(fns[impl])
+                if impl in checks:
+                    checks[f"{impl}_graph"] = checks[impl]
     return Case(op, shape, fns, checks, pinned, labels, info)
+
+
+class GraphReplay:
+    """fn captured `calls` times into one CUDA graph, captured at the first call (so that a capture failure is that
+    contender's error row, not the case's); each call replays the graph and returns the last captured call's outputs.
+    For ops whose per-call host time (Python, ctypes, dispatch) exceeds the kernel's: the replay times the kernels.
+    run_case divides the measured time by `calls`."""
+
+    def __init__(self, fn, calls=20):
+        self.fn, self.calls, self.graph, self.out = fn, calls, None, None
+
+    def __call__(self):
+        if self.graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the capture (lazy initialisation, allocator)
+                self.fn()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(self.calls):
+                    self.out = self.fn()
+            self.graph = graph
+        self.graph.replay()
+        return self.out
+
+
+def per_op_call(fn, result):
+    """A timing result of fn per op call: a GraphReplay's ms (and warm_ms_per_call) divided by its calls."""
+    calls = getattr(fn, "calls", 1)
+    if calls != 1:
+        result = dict(result, graph_calls=calls)
+        for k in ("ms", "warm_ms_per_call"):
+            if isinstance(result.get(k), (int, float)):
+                result[k] = result[k] / calls
+    return result
 
 
 def pin_variable(op, pin):
@@ -711,6 +763,7 @@ def run_case(case, t, tol, device="cuda"):
             res[impl] = {"error": r["error"]}
         else:
             res[impl].update(r)
+            res[impl] = per_op_call(case.fns[impl], res[impl])
     return {impl: res.get(impl, {"error": "not run"}) for impl in case.fns}, screen
 
 
@@ -869,7 +922,8 @@ def read_rows(path):
 def main(argv=None):
     a = parse_args(argv)
     t = a.timing
-    est = estimate_seconds(a.ops, a.configs, a.tokens, t, a.quack, len(a.quack_configs), coda_pins=a.coda_pins)
+    est = estimate_seconds(a.ops, a.configs, a.tokens, t, a.quack, len(a.quack_configs), coda_pins=a.coda_pins,
+                           graph_ops=a.graph_ops)
     print(f"vs_quack: {len(a.ops)} ops x {len(a.configs)} configs x {len(a.tokens)} token counts; planned GPU time "
           f"~{est:.0f} s ({est / 60:.1f} min) plus quack's first-call compiles", flush=True)
     if a.estimate:
@@ -908,15 +962,16 @@ def main(argv=None):
                 if a.deadline_min is not None and time.perf_counter() - start > 60 * a.deadline_min:
                     new = [make_row(op, config, shape, impl, {"error": f"skipped: --deadline-min {a.deadline_min}"},
                                     commit, gpu, date, **run_fields)
-                           for impl in contenders(op, quack is not None, a.coda_pins)]
+                           for impl in contenders(op, quack is not None, a.coda_pins, a.graph_ops)]
                 else:
                     try:
-                        case = build_case(op, cfg, M, quack, a.quack_configs, device=DEVICE, coda_pins=a.coda_pins)
+                        case = build_case(op, cfg, M, quack, a.quack_configs, device=DEVICE, coda_pins=a.coda_pins,
+                                          graph_ops=a.graph_ops)
                         results, screen = run_case(case, t, a.tol, device=DEVICE)
                     except Exception as e:  # the inputs or a reference could not be built: one row per contender
                         case, screen = None, []
                         results = {impl: {"error": _err(e)}
-                                   for impl in contenders(op, quack is not None, a.coda_pins)}
+                                   for impl in contenders(op, quack is not None, a.coda_pins, a.graph_ops)}
                     for impl, r in results.items():
                         label = case.labels.get(impl) if case else None
                         new.append(make_row(op, config, shape, impl, r, commit, gpu, date, quack_config=label,

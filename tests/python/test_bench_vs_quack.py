@@ -448,3 +448,18 @@ def test_coda_pins_name_their_variable():
     finally:
         if old is not None:
             os.environ["CODA_PDL"] = old
+
+
+def test_graph_ops_contenders_and_per_call_time():
+    """--graph-ops: the op gains coda_graph / quack_graph contenders (CUDA-graph replays of GraphReplay.calls calls),
+    whose measured time run_case divides back to one call."""
+    assert vs_quack.contenders("rmsnorm", True, (), ["rmsnorm"]) == ["coda", "quack", "coda_graph", "quack_graph"]
+    assert vs_quack.contenders("rmsnorm", False, (), ["rmsnorm"]) == ["coda", "coda_graph"]
+    assert vs_quack.contenders("f1", False, (), ["rmsnorm"]) == ["cublas_gemm", "coda"]
+    g = vs_quack.GraphReplay(lambda: None, calls=20)
+    assert g.graph is None  # nothing captured before the first call
+    got = vs_quack.per_op_call(g, {"ms": 2.0, "warm_ms_per_call": 1.0, "clock_mhz": 1500})
+    assert got == {"ms": 0.1, "warm_ms_per_call": 0.05, "clock_mhz": 1500, "graph_calls": 20}
+    assert vs_quack.per_op_call(lambda: None, {"ms": 2.0}) == {"ms": 2.0}
+    with pytest.raises(SystemExit):
+        vs_quack.parse_args(["--graph-ops", "rmsnrom"])
