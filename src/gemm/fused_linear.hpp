@@ -239,7 +239,12 @@ struct FusedLinear {
     attribute[0].val.clusterDim.z = 1;
     launch.attrs = attribute;
     launch.numAttrs = 1;
-    if (programmatic_launch()) {  // CODA_PDL (kernel_api.hpp): may start before the previous kernel ends
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+    bool const pdl = programmatic_launch();  // CODA_PDL (kernel_api.hpp): may start before the previous kernel ends
+#else
+    bool const pdl = false;  // compiled without the griddepcontrol wait (the stream-K kernels): never early
+#endif
+    if (pdl) {
       attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attribute[1].val.programmaticStreamSerializationAllowed = 1;
       launch.numAttrs = 2;

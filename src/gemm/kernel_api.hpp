@@ -19,7 +19,8 @@ namespace coda::gemm {
 /// start while the previous kernel in the stream finishes its last tiles (quack launches its sm90 GEMMs this way);
 /// the kernels are compiled with CUTLASS_ENABLE_GDC_FOR_SM90, so their producer warps wait for the previous grid
 /// (griddepcontrol.wait) before their first global load, and every epilogue read or write comes after that.
-/// Without the launch attribute those instructions do nothing. Off by default until measured on the H200.
+/// Without the launch attribute those instructions do nothing. Off by default until measured on the H200. The
+/// stream-K kernels are compiled without them (CUTLASS 4.2 does not compile them there) and never launch early.
 bool programmatic_launch();
 
 /// Order in which the persistent tile scheduler walks output tiles (CUTLASS `RasterOrderOptions`).
