@@ -6,6 +6,7 @@ first step): every contender of an (op, model config, tokens) is timed in the sa
     python bench/python/vs_quack.py --out $OUT/vs_quack16k --tokens 16384      # the other half of the set
     python bench/python/vs_quack.py --estimate [--tokens 8192,16384]          # the planned GPU time only (no GPU)
     python bench/python/vs_quack.py --ops gemm_gu,f3 --coda-pins "CODA_PDL=1;pp_128x192x64_c2x1"  # CODA variants
+                                        # (CODA_PDL needs libcoda built with -DCODA_GDC=ON, docs/GEMM.md)
     python bench/python/vs_quack.py --ops rmsnorm --graph-ops rmsnorm         # + CUDA-graph replays (no host time)
 
 Ops, their GEMM (D[M,N] = A[M,K] B, M = tokens; d, F from bench/python/common.py CONFIGS, V = 128256) and the

@@ -105,4 +105,12 @@ void coda_gemm_clear_tuning(void) { coda::gemm::clear_tuning(); }
 
 const char* coda_gemm_hook_error(void) { return t_hook_error.c_str(); }
 
+int coda_gemm_pdl_compiled(void) {
+#ifdef CODA_GDC
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 }  // extern "C"

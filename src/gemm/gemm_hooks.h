@@ -48,6 +48,8 @@ CODA_API coda_status coda_gemm_run_candidate(const char* candidate, const coda_g
 CODA_API const char* coda_gemm_last_choice(void);
 /** Forgets every autotuning winner of this process. */
 CODA_API void coda_gemm_clear_tuning(void);
+/** 1 if libcoda was built with -DCODA_GDC=ON (its GEMM kernels can launch with PDL under CODA_PDL=1), else 0. */
+CODA_API int coda_gemm_pdl_compiled(void);
 /** Message of the last failed hook call on this thread ("" if none). */
 CODA_API const char* coda_gemm_hook_error(void);
 

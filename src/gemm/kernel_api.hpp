@@ -16,11 +16,11 @@ namespace coda::gemm {
 
 /// Whether CODA's GEMM kernels (plain and fused) launch with programmatic dependent launch (PDL): true when
 /// CODA_PDL is set to anything but "", "0", "false", "off" or "no"; read on every launch. With it a kernel's CTAs may
-/// start while the previous kernel in the stream finishes its last tiles (quack launches its sm90 GEMMs this way);
-/// the kernels are compiled with CUTLASS_ENABLE_GDC_FOR_SM90, so their producer warps wait for the previous grid
-/// (griddepcontrol.wait) before their first global load, and every epilogue read or write comes after that.
-/// Without the launch attribute those instructions do nothing. Off by default until measured on the H200. The
-/// stream-K kernels are compiled without them (CUTLASS 4.2 does not compile them there) and never launch early.
+/// start while the previous kernel in the stream finishes its last tiles (quack launches its sm90 GEMMs this way).
+/// Takes effect only in a build with -DCODA_GDC=ON, whose kernels are compiled with CUTLASS_ENABLE_GDC_FOR_SM90: their
+/// producer warps wait for the previous grid (griddepcontrol.wait) before their first global load, and every
+/// epilogue read or write comes after that. The stream-K kernels never launch early (CUTLASS 4.2 does not compile
+/// the hooks there). Off by default, in the build and at run time, until measured on the H200.
 bool programmatic_launch();
 
 /// Order in which the persistent tile scheduler walks output tiles (CUTLASS `RasterOrderOptions`).

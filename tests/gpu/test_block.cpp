@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/gemm_hooks.h"
 #include "gpu/gpu_util.hpp"
 #include "gpu/kernel_test_util.hpp"
 #include "reference/reference.hpp"
@@ -305,6 +306,7 @@ TEST(BlockSanitize, Small) {
 /// (dx accumulated into dx2, dz over z). Run twice on the same inputs, CODA_PDL unset and set, twice each way.
 TEST(Block, ProgrammaticLaunchIsBitIdentical) {
   CODA_REQUIRE_SM90();
+  if (coda_gemm_pdl_compiled() == 0) GTEST_SKIP() << "libcoda built without -DCODA_GDC=ON: CODA_PDL has no effect";
   Shape const s{512, 1024, 2816, 8, 2, 128};
   coda_dtype const dt = CODA_BF16;
   Rng rng(21);
