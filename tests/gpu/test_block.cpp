@@ -244,18 +244,35 @@ void expect_weight_grads(std::string const& what, Grads const& c, Grads const& u
 }
 
 /// One block: forward (all saved tensors), then backward with or without an incoming dx2.
+/// A block's random inputs in the dtype: weights, attention output y0, residual x0, positions, inv_freq, and the
+/// upstream gradients dqkv and dx2.
+struct BlockInputs {
+  Weights w;
+  Matrix y0, x0;
+  Positions pos;
+  Vector freq;
+  Matrix dqkv, dx2;
+  BlockInputs(Shape const& s, coda_dtype dt, uint64_t seed) {
+    Rng rng(seed);
+    w = random_weights(s, rng, dt);
+    y0 = round_to(random_activation(s.M, s.qo(), rng), dt);
+    x0 = round_to(random_residual(s.M, s.d, rng), dt);
+    pos = random_positions(s.M, 8192, rng);
+    freq = rope_inv_freq(s.hd);
+    dqkv = round_to(random_activation(s.M, s.W(), rng), dt);
+    dx2 = round_to(random_activation(s.M, s.d, rng), dt);
+  }
+};
+
 void check_block(Shape const& s, coda_dtype dt, bool with_dx2, uint64_t seed, bool print) {
   std::string const what = std::string("block ") + coda::test::dtype_name(dt) + " " + s.name() +
                            (with_dx2 ? " dx2" : " no dx2");
   SCOPED_TRACE(what);
-  Rng rng(seed);
-  Weights const w = random_weights(s, rng, dt);
-  Matrix const y0 = round_to(random_activation(s.M, s.qo(), rng), dt);
-  Matrix const x0 = round_to(random_residual(s.M, s.d, rng), dt);
-  Positions const pos = random_positions(s.M, 8192, rng);
-  Vector const freq = rope_inv_freq(s.hd);
-  Matrix const dqkv = round_to(random_activation(s.M, s.W(), rng), dt);
-  Matrix const dx2 = round_to(random_activation(s.M, s.d, rng), dt);
+  BlockInputs const in(s, dt, seed);
+  Weights const& w = in.w;
+  Matrix const &y0 = in.y0, &x0 = in.x0, &dqkv = in.dqkv, &dx2 = in.dx2;
+  Positions const& pos = in.pos;
+  Vector const& freq = in.freq;
 
   Saved const ref = ref_forward(s, w, y0, x0, pos, freq);
   Saved const unf = unf_forward(s, w, y0, x0, pos, freq, dt);
@@ -309,25 +326,18 @@ TEST(Block, ProgrammaticLaunchIsBitIdentical) {
   if (coda_gemm_pdl_compiled() == 0) GTEST_SKIP() << "libcoda built without -DCODA_GDC=ON: CODA_PDL has no effect";
   Shape const s{512, 1024, 2816, 8, 2, 128};
   coda_dtype const dt = CODA_BF16;
-  Rng rng(21);
-  Weights const w = random_weights(s, rng, dt);
-  Matrix const y0 = round_to(random_activation(s.M, s.qo(), rng), dt);
-  Matrix const x0 = round_to(random_residual(s.M, s.d, rng), dt);
-  Positions const pos = random_positions(s.M, 8192, rng);
-  Vector const freq = rope_inv_freq(s.hd);
-  Matrix const dqkv = round_to(random_activation(s.M, s.W(), rng), dt);
-  Matrix const dx2 = round_to(random_activation(s.M, s.d, rng), dt);
+  BlockInputs const in(s, dt, 21);
   auto run = [&](bool pdl) {
     if (pdl) {
       setenv("CODA_PDL", "1", 1);
     } else {
       unsetenv("CODA_PDL");
     }
-    DevBlock b(s, dt, w);
+    DevBlock b(s, dt, in.w);
     Dev dy0v(dt, s.M, s.qo()), dx0v(dt, s.M, s.d), dqkvv(dt, s.M, s.W()), dx2v(dt, s.M, s.d);
     Dev dpos(CODA_INT32, s.M), dfreq(CODA_FP32, s.hd / 2), gy0(dt, s.M, s.qo());
-    dy0v.set(y0), dx0v.set(x0), dqkvv.set(dqkv), dx2v.set(dx2), dfreq.set(freq);
-    dpos.buf.upload(pos);
+    dy0v.set(in.y0), dx0v.set(in.x0), dqkvv.set(in.dqkv), dx2v.set(in.dx2), dfreq.set(in.freq);
+    dpos.buf.upload(in.pos);
     b.forward(dy0v.t, dx0v.t, dpos.t, dfreq.t);
     b.backward(dy0v.t, dpos.t, dfreq.t, dqkvv.t, &dx2v.t, gy0.t, dx2v.t);  // dx0 accumulated in place over dx2
     unsetenv("CODA_PDL");
