@@ -48,8 +48,9 @@ FUSED_OP_OF = {"f1_out": "linear_residual_rmsnorm", "f1_down": "linear_residual_
                "b2_lm": "linear_residual_rmsnorm_bwd", "b3": "linear_swiglu_bwd_zdz"}
 # coda_gemm: pinned through CODA_GEMM_CONFIG, `default` = its autotuned pick
 PLAIN_OPS = ("gemm_gu", "gemm_down", "wgrad_o", "wgrad_gu", "wgrad_down", "wgrad_qkv")
+# compiled for the forward layout (docs/GEMM.md)
 PLAIN_CONFIGS = ("coop_128x256x64_c2x1", "coop_128x256x64_c1x1", "pp_128x128x64_c2x1", "pp_64x256x64_c2x1",
-                 "coop_256x128x64_c1x2", "sk_128x256x64_c2x1", "pp_128x192x64_c2x1")  # compiled for the forward layout (docs/GEMM.md)
+                 "coop_256x128x64_c1x2", "sk_128x256x64_c2x1", "pp_128x192x64_c2x1")
 WGRAD_CONFIGS = ("sk_128x256x64_c2x1", "coop_128x256x64_c2x1", "pp_128x128x64_c2x1")  # compiled for wgrad bf16
 VOCAB = 128256
 

@@ -75,7 +75,6 @@ import argparse
 import datetime
 import importlib
 import math
-import os
 import re
 import sys
 import time
@@ -83,8 +82,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from common import (CONFIGS, EPS, NvmlSampler, append_jsonl, hf_rms_norm, interleaved, is_cuda, timed_pipelined,
-                    warm_for)
+from common import (CONFIGS, EPS, NvmlSampler, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda,
+                    timed_pipelined, warm_for)
 from report import commit as git_commit
 
 SUITE = "vs_quack"
@@ -412,7 +411,8 @@ def _rand(g, device):
 
 def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", coda_pins=(), graph_ops=()):
     """The contenders of op at model config cfg and M tokens on CUDA (quack: QuackOps or None; quack_configs: the
-    short list quack_best is screened from; coda_pins: CODA's own call with each config pinned, `coda:PIN`)."""
+    short list quack_best is screened from; coda_pins: CODA's own call with each config pinned, `coda:PIN`;
+    graph_ops: ops whose CODA and quack calls are also timed as CUDA-graph replays, `coda_graph`, `quack_graph`)."""
     from coda import _C, _kernels
     shape = op_shape(op, cfg, M)
     _, N, K = shape
@@ -608,18 +608,10 @@ def pin_variable(op, pin):
 
 
 def with_env(var, value, fn):
-    """fn with the environment variable var = value for the call (libcoda reads CODA_OP_CONFIG and CODA_GEMM_CONFIG
-    on every call), restored after."""
+    """fn with the environment variable var = value for the call (common.env_var), restored after."""
     def call():
-        old = os.environ.get(var)
-        os.environ[var] = value
-        try:
+        with env_var(var, value):
             return fn()
-        finally:
-            if old is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = old
     return call
 
 

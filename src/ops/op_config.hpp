@@ -3,7 +3,6 @@
 
 #include "gemm/kernel_api.hpp"
 
-#include <cstddef>
 #include <cstdint>
 
 namespace coda::ops {
@@ -41,31 +40,20 @@ struct KernelChoice {
 /// pp_128x128x64_c2x1 only), in its dispatcher's order; nullptr for a name that is not a fused op. Static storage.
 char const* fused_op_configs(char const* op, bool fp16);
 
-/// A fused op's kernels: bf16 in the order of fused_op_configs (op_config.cu's list), fp16 the pingpong 128x128
-/// one. Returns the pinned kernel among those of the dtype, else `bf16_default` (fp16: the one kernel); the op then
-/// applies its own shape rules (some take another config at long K: docs/FUSED_OPS.md "Dispatch").
-template <class Args, size_t N>
-KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const* const (&bf16)[N],
-                                 gemm::KernelOps<Args> const& bf16_default, gemm::KernelOps<Args> const& fp16_pp) {
-  gemm::KernelInfo const* infos[N];
-  for (size_t i = 0; i < N; ++i) infos[i] = &bf16[i]->info;
-  gemm::KernelInfo const* const fp16_info = &fp16_pp.info;
-  KernelChoice<Args> c;
-  int const pick = fp16 ? pinned_config(op, &fp16_info, 1, &c.knobs)
-                        : pinned_config(op, infos, static_cast<int>(N), &c.knobs);
-  c.pinned = pick >= 0;
-  c.ops = fp16 ? &fp16_pp : c.pinned ? bf16[pick] : &bf16_default;
-  return c;
-}
-
 /// Every fused op compiles bf16 {coop_128x256x64_c2x1, pp_128x128x64_c2x1} and fp16 {pp_128x128x64_c2x1}. Returns
 /// the pinned kernel among those of the dtype, else the pingpong one; the op then applies its own shape rules
 /// (some take the cooperative kernel at long K: docs/FUSED_OPS.md "Dispatch").
 template <class Args>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_coop,
                                  gemm::KernelOps<Args> const& bf16_pp, gemm::KernelOps<Args> const& fp16_pp) {
-  gemm::KernelOps<Args> const* const bf16[] = {&bf16_coop, &bf16_pp};
-  return choose_kernel(op, fp16, bf16, bf16_pp, fp16_pp);
+  gemm::KernelOps<Args> const* const all[] = {&bf16_coop, &bf16_pp, &fp16_pp};
+  gemm::KernelInfo const* const infos[] = {&all[0]->info, &all[1]->info, &all[2]->info};
+  int const first = fp16 ? 2 : 0, count = fp16 ? 1 : 2;
+  KernelChoice<Args> c;
+  int const pick = pinned_config(op, infos + first, count, &c.knobs);
+  c.pinned = pick >= 0;
+  c.ops = all[first + (c.pinned ? pick : count - 1)];
+  return c;
 }
 
 /// The same for an op with one compiled config per dtype (bf16 and fp16 pingpong 128x128): CODA_OP_CONFIG may

@@ -6,10 +6,10 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <cstdlib>
 #include <iterator>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,7 +20,7 @@ namespace coda::test {
 /// (CODA_OP_CONFIG unset). Aborts the test binary on a name libcoda does not know: a test must not pass by running
 /// no config.
 inline std::vector<char const*> fused_configs(coda_dtype dtype, char const* op) {
-  static std::deque<std::string> names;  // the configs' storage for the process (tests pin them by pointer)
+  static std::set<std::string> names;  // each config name stored once for the process (tests pin them by pointer)
   char const* list = coda_fused_op_configs(op, dtype);
   if (list == nullptr) {
     std::fprintf(stderr, "fused_configs: coda_fused_op_configs(\"%s\") is NULL\n", op);
@@ -31,8 +31,7 @@ inline std::vector<char const*> fused_configs(coda_dtype dtype, char const* op) 
   for (size_t begin = 0; begin <= all.size();) {
     size_t end = all.find(',', begin);
     if (end == std::string::npos) end = all.size();
-    names.push_back(all.substr(begin, end - begin));
-    out.push_back(names.back().c_str());
+    out.push_back(names.insert(all.substr(begin, end - begin)).first->c_str());
     begin = end + 1;
   }
   out.push_back(nullptr);
