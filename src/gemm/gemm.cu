@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -290,8 +291,9 @@ class StreamBuffer {
 /// *best_coda / *best_coda_ms: the fastest CODA kernel among them (what a CUDA graph capture runs instead of a cuBLAS
 /// winner, see choose()); unset when none ran.
 std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& stage1, bool cublas_allowed,
-                              void* workspace, size_t workspace_bytes, cudaStream_t stream, float* best_ms,
-                              std::optional<Candidate>* best_coda_out, float* best_coda_ms) {
+                              runtime::TimingOptions const& timing, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream, float* best_ms, std::optional<Candidate>* best_coda_out,
+                              float* best_coda_ms) {
   GemmArgs t = a;
   std::optional<StreamBuffer> scratch;
   if (a.accumulate) {
@@ -302,19 +304,19 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
     t.D = scratch->get();
     t.ldd = a.N;
   }
-  auto run_all = [&](std::vector<Candidate> const& cands) {
+  auto run_all = [&](std::vector<Candidate> const& cands, runtime::TimingOptions const& options) {
     std::vector<runtime::TuneCandidate> list;
     for (Candidate const& c : cands) {
       list.push_back({name_of(c), [c, &t, workspace, workspace_bytes](cudaStream_t s) {
                         launch(c, t, workspace, workspace_bytes, s);
                       }});
     }
-    return runtime::time_candidates(list, stream);
+    return runtime::time_candidates(list, stream, options);
   };
 
   std::vector<Candidate> all = stage1;
   if (cublas_allowed) all.push_back(Candidate{});
-  std::vector<float> times = run_all(all);
+  std::vector<float> times = run_all(all, timing);
   // The fastest CODA kernel that ran (index into all), or all.size().
   auto fastest_coda = [&]() {
     size_t i_best = all.size();
@@ -329,7 +331,9 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   // Stage 2 refines the fastest CODA kernel (even when cuBLAS won stage 1: a knob may beat it).
   if (size_t const seed = fastest_coda(); seed < all.size()) {
     std::vector<Candidate> const refine = stage2_candidates(all[seed], a);
-    std::vector<float> const refine_times = run_all(refine);
+    runtime::TimingOptions refine_timing = timing;
+    refine_timing.warm_ms /= 5;  // the clock has settled during stage 1: a short re-warm
+    std::vector<float> const refine_times = run_all(refine, refine_timing);
     all.insert(all.end(), refine.begin(), refine.end());
     times.insert(times.end(), refine_times.begin(), refine_times.end());
   }
@@ -344,11 +348,21 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   return all[best];
 }
 
+/// CODA_GEMM_AUTOTUNE=settled: tune by the sustained-load method (TimingOptions::settled) instead of the
+/// cool-card default.
+bool settled_tuning() {
+  std::string v = runtime::env_string("CODA_GEMM_AUTOTUNE");
+  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return v == "settled";
+}
+
+/// The winner cache key. Settled tuning has its own keys ("|tune=settled"): the two methods can pick differently,
+/// and a cache file says which one picked.
 std::string tune_key(GemmArgs const& a, bool cublas_allowed) {
   return coda::detail::concat("gemm|M=", a.M, "|N=", a.N, "|K=", a.K, "|ab=", dtype_name(a.dtype_ab),
                               "|d=", dtype_name(a.dtype_d), "|a=", a.a_col_major ? "m" : "k",
                               "|b=", a.b_col_major ? "n" : "k", "|acc=", a.accumulate ? 1 : 0,
-                              "|cublas=", cublas_allowed ? 1 : 0);
+                              "|cublas=", cublas_allowed ? 1 : 0, settled_tuning() ? "|tune=settled" : "");
 }
 
 /// The kernel run() uses for `a` (pinned, cached, tuned now, or the default), never cuBLAS when excluded.
@@ -414,7 +428,8 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
   float ms = 0.0f, coda_ms = 0.0f;
   std::optional<Candidate> best_coda;
   std::optional<Candidate> winner =
-      tune(a, stage1, cublas_allowed, workspace, workspace_bytes, stream, &ms, &best_coda, &coda_ms);
+      tune(a, stage1, cublas_allowed, settled_tuning() ? runtime::TimingOptions::settled() : runtime::TimingOptions{},
+           workspace, workspace_bytes, stream, &ms, &best_coda, &coda_ms);
   if (!winner) return fallback;
   cache.store(key, device, name_of(*winner), ms);
   // The same timings give the answer without cuBLAS (CODA_GEMM_NO_CUBLAS, and what a capture runs).

@@ -97,6 +97,7 @@ std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates,
   L2Flush const flush(stream);
   std::vector<float> result(candidates.size(), kInf);
   std::vector<int> reps(candidates.size(), 0);  // 0: candidate failed
+  std::vector<float> estimates(candidates.size(), 0.0f);
   std::vector<std::vector<float>> samples(candidates.size());
 
   // Warm-up (module load, descriptor setup) and one timed run for the estimate that sizes the repetitions.
@@ -109,13 +110,33 @@ std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates,
     CODA_CUDA_CHECK(cudaEventRecord(events[1], stream));
     CODA_CUDA_CHECK(cudaEventSynchronize(events[1]));
     float const estimate = elapsed_ms(events[0], events[1]);
+    estimates[i] = estimate;
     int const n = estimate > 0.0f ? static_cast<int>(std::ceil(options.target_ms / rounds / estimate)) : max_reps;
     reps[i] = std::clamp(n, min_reps, max_reps);
   }
-  // Rounds: every candidate is timed in every round, so with rounds > 1 clock or thermal drift during tuning
-  // spreads over all of them (see TimingOptions::rounds for what was measured).
+  // Settling: whole turns over the candidates, enqueued at once (no host gaps), until about warm_ms of GPU work.
+  if (options.warm_ms > 0.0f) {
+    float turn_ms = 0.0f;
+    for (size_t i = 0; i < candidates.size(); ++i) turn_ms += reps[i] == 0 ? 0.0f : estimates[i];
+    if (turn_ms > 0.0f) {
+      int const live = static_cast<int>(std::count_if(reps.begin(), reps.end(), [](int r) { return r > 0; }));
+      int const max_turns = std::max(1, 20000 / std::max(1, live));  // bounds the host's enqueueing for tiny kernels
+      int const turns = std::clamp(static_cast<int>(std::ceil(options.warm_ms / turn_ms)), 1, max_turns);
+      for (int t = 0; t < turns; ++t) {
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          if (reps[i] == 0) continue;
+          flush(t);
+          if (!try_launch(candidates[i], stream)) reps[i] = 0;
+        }
+      }
+      CODA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+  }
+  // Rounds: every candidate is timed in every round, each round starting one later in the list, so with
+  // rounds > 1 clock or thermal drift during tuning spreads over all of them (see TimingOptions::rounds).
   for (int round = 0; round < rounds; ++round) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      size_t const i = (k + static_cast<size_t>(round)) % candidates.size();
       if (reps[i] == 0) continue;
       bool ok = true;
       for (int r = 0; r < reps[i] && ok; ++r) {

@@ -35,11 +35,28 @@ struct TimingOptions {
   /// and lost (geomean 0.973 vs cuBLAS) against one sequential pass (0.989, 0.992): keep 1 until understood.
   int rounds = 1;
   float target_ms = 40.0f;  ///< aim for about this much timed work per candidate (all rounds together)
+  /// Before any timing, this long of back-to-back runs of the candidates in turn (each after its L2 flush), so
+  /// that the SM clock has settled where sustained load holds it (the H200 at 700 W: ~1300-1500 MHz instead of
+  /// 1980 MHz cool). 0: no warm-up (a cool-card timing).
+  float warm_ms = 0.0f;
+
+  /// What CODA_GEMM_AUTOTUNE=settled asks for: PROTOCOL.md's sustained-load method applied to tuning (warm-up, then
+  /// rounds in rotating order). About 1.5 s + 60 ms per candidate for each new problem.
+  static TimingOptions settled() {
+    TimingOptions o;
+    o.min_reps = 3;
+    o.max_reps = 40;
+    o.rounds = 3;
+    o.target_ms = 60.0f;
+    o.warm_ms = 1500.0f;
+    return o;
+  }
 };
 
-/// Times each candidate on `stream`: one warm-up run and one run to estimate the time, then `rounds` round-robin
-/// rounds in which every candidate gets `reps` event-timed runs (reps from TimingOptions and the estimate), each
-/// after an L2 flush (operands come from HBM, as in training);
+/// Times each candidate on `stream`: one warm-up run and one run to estimate the time, then (warm_ms > 0) the
+/// settling runs, then `rounds` rounds, each starting one candidate later in the list, in which every candidate
+/// gets `reps` event-timed runs (reps from TimingOptions and the estimate), each after an L2 flush (operands come
+/// from HBM, as in training);
 /// returns the median over all timed runs in ms per candidate, +infinity for a
 /// candidate that threw or failed to launch. Blocks the calling thread until the timing runs finish. The stream
 /// must not be capturing a CUDA graph (check with stream_is_capturing first).

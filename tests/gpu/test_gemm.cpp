@@ -18,11 +18,13 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -502,6 +504,42 @@ TEST(GpuGemm, PinnedConfigIsUsed) {
   EXPECT_NE(std::string(coda_gemm_hook_error()).find("CODA_GEMM_CONFIG"), std::string::npos)
       << coda_gemm_hook_error();
   unsetenv("CODA_GEMM_CONFIG");
+}
+
+// CODA_GEMM_AUTOTUNE=settled: the sustained-load tuning picks a kernel that passes the checks, records it under its
+// own key ("|tune=settled") in the cache file, and spends its settling time (>= 1 s of GPU work before timing).
+TEST(GpuGemm, SettledTuningIsCachedUnderItsOwnKey) {
+  CODA_REQUIRE_SM90();
+  Problem const p(kFwd, 1000, 1032, 2056, 11, false);
+  ASSERT_TRUE(p.allocated());
+  std::string const cache = testing::TempDir() + "coda_settled_tuning.txt";
+  std::remove(cache.c_str());
+  setenv("CODA_AUTOTUNE_CACHE", cache.c_str(), 1);
+  setenv("CODA_GEMM_AUTOTUNE", "settled", 1);
+  coda_gemm_clear_tuning();
+  auto const t0 = std::chrono::steady_clock::now();
+  check_candidate(p, nullptr);
+  double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string const winner = coda_gemm_last_choice();
+  unsetenv("CODA_GEMM_AUTOTUNE");
+  unsetenv("CODA_AUTOTUNE_CACHE");
+  coda_gemm_clear_tuning();
+  EXPECT_GE(seconds, 1.0) << "settled tuning took " << seconds << " s: the warm-up did not run";
+  std::ifstream in(cache);
+  std::string line;
+  int settled_lines = 0, other_lines = 0;
+  while (std::getline(in, line)) {
+    bool const settled = line.find("|tune=settled|") != std::string::npos;
+    settled_lines += settled;
+    other_lines += !settled;
+    if (settled && line.find("|cublas=1|") != std::string::npos) {
+      EXPECT_NE(line.find("\t" + winner + "\t"), std::string::npos) << line << " vs the run's choice " << winner;
+    }
+  }
+  EXPECT_GE(settled_lines, 1) << cache;
+  EXPECT_EQ(other_lines, 0) << cache;
+  std::printf("[gemm] settled tuning of %s: %s in %.2f s\n", p.label().c_str(), winner.c_str(), seconds);
+  std::remove(cache.c_str());
 }
 
 TEST(GpuGemm, BadCandidatesAreClearErrors) {
