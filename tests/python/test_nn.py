@@ -120,7 +120,7 @@ def test_gpu_module(name):
     for i, (a, b, c) in enumerate(zip(o_c, o_u, o_r)):
         accept(f"{name} out{i}", a, b, c)
     for n in g_r:
-        accept(f"{name}.{n}", g_c[n], g_u[n], g_r[n])
+        accept(f"{name}.{n}", g_c[n], g_u[n], g_r[n], row_sum=True)  # a parameter's gradient sums over tokens
 
 
 @requires_gpu

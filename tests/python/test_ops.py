@@ -91,6 +91,9 @@ def _chain_case(seed, M, d, F):
     return [I.act(g, M, d), I.norm(g, d), I.weight(g, d, d // 2), I.weight(g, 2 * F, d), I.weight(g, d, F)]
 
 
+# Gradients that sum over all rows (tokens) and are rounded once: conftest.accept's row_sum rule.
+ROW_SUMS = ("gamma", "gamma1", "gamma2", "w", "w_qkv", "w_gu", "w_down", "w_o")
+
 CE_OPTIONS = [dict(), dict(reduction="sum"), dict(reduction="none"), dict(label_smoothing=0.1),
               dict(z_loss=1e-3, softcap=15.0), dict(ignore_index=5)]
 
@@ -272,7 +275,8 @@ DTYPES = [torch.bfloat16, torch.float16]
 @pytest.mark.parametrize("M,d,n", [(1, 64, 64), (1000, 264, 128), (4097, 2048, 256), (256, 16, 24), (300, 64, 1003),
                                    (1000, 128, 5)])
 def test_gpu_rms_norm_linear(M, d, n, dtype):
-    check_op(f_norm_linear, p_norm_linear, _norm_linear_case(M, M, d, n), dtype, names=["x", "gamma", "w"])
+    check_op(f_norm_linear, p_norm_linear, _norm_linear_case(M, M, d, n), dtype, names=["x", "gamma", "w"],
+             row_sums=ROW_SUMS)
 
 
 @requires_gpu
@@ -280,19 +284,20 @@ def test_gpu_rms_norm_linear(M, d, n, dtype):
 @pytest.mark.parametrize("M,d,hq,hkv,hd", [(7, 128, 2, 1, 64), (1000, 512, 4, 2, 128), (2048, 2048, 32, 8, 64)])
 def test_gpu_qkv_rope(M, d, hq, hkv, hd, dtype):
     check_op(f_qkv(hq, hkv, hd), p_qkv(hq, hkv, hd), _qkv_case(M, M, d, hq, hkv, hd), dtype,
-             names=["x", "gamma", "w_qkv"])
+             names=["x", "gamma", "w_qkv"], row_sums=ROW_SUMS)
 
 
 @requires_gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,d,F", [(1, 64, 64), (1000, 256, 264), (2048, 2048, 8192)])
 def test_gpu_swiglu_mlp(M, d, F, dtype):
-    check_op(f_mlp, p_mlp, _mlp_case(M, M, d, F), dtype, names=["x", "gamma", "w_gu", "w_down"])
+    check_op(f_mlp, p_mlp, _mlp_case(M, M, d, F), dtype, names=["x", "gamma", "w_gu", "w_down"], row_sums=ROW_SUMS)
 
 
 @requires_gpu
 def test_gpu_chain_with_cache():
-    check_op(f_chain, p_chain, _chain_case(6, 777, 256, 512))
+    check_op(f_chain, p_chain, _chain_case(6, 777, 256, 512), names=["x", "gamma", "w_o", "w_gu", "w_down"],
+             row_sums=ROW_SUMS)
 
 
 @requires_gpu
@@ -301,7 +306,7 @@ def test_gpu_chain_with_cache():
                                                    ((), 300, 1024, 2816, 8, 8, 128)])
 def test_gpu_block(lead, M, d, F, hq, hkv, hd, dtype):
     check_op(f_block(hq, hkv, hd), p_block(hq, hkv, hd), _block_case(M, M, d, F, hq, hkv, hd, lead), dtype,
-             names=["y0", "x0", "w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv"])
+             names=["y0", "x0", "w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv"], row_sums=ROW_SUMS)
 
 
 @requires_gpu
@@ -312,7 +317,7 @@ def test_gpu_linear_cross_entropy(M, d, V, opts):
     reduction = opts.get("reduction", "mean")
     check_op(lambda x, gm, w, t: coda.ops.linear_cross_entropy(x, gm, w, t, EPS, **opts),
              lambda x, gm, w, t: plain.linear_cross_entropy(x, gm, w, t, EPS, **opts), case, names=["x", "gamma", "w"],
-             check_outputs=reduction == "none")
+             check_outputs=reduction == "none", row_sums=ROW_SUMS)
     if reduction != "none":
         o = {k: v for k, v in opts.items() if k != "reduction"}
         check_reduced_loss(lambda x, gm, w, t, reduction: coda.ops.linear_cross_entropy(x, gm, w, t, EPS,
@@ -332,7 +337,7 @@ def test_gpu_linear_cross_entropy_chunks_odd_vocab(M, d, V, chunk, reduction):
     opts = dict(reduction=reduction, chunk_rows=chunk)
     check_op(lambda x, gm, w, t: coda.ops.linear_cross_entropy(x, gm, w, t, EPS, **opts),
              lambda x, gm, w, t: plain.linear_cross_entropy(x, gm, w, t, EPS, reduction=reduction), case,
-             names=["x", "gamma", "w"], check_outputs=reduction == "none")
+             names=["x", "gamma", "w"], check_outputs=reduction == "none", row_sums=ROW_SUMS)
 
 
 @requires_gpu
