@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace coda::gemm {
 
@@ -140,6 +141,35 @@ struct EpilogueTraits {
                                 TileShape>());
   static constexpr cutlass::FloatRoundStyle kRound = cutlass::FloatRoundStyle::round_to_nearest;
 };
+
+/// The builder's TMA epilogue policy for (Traits, ElementC) with up to `kStagesD` D smem buffers instead of its 2:
+/// with 2, the epilogue waits after every sub-tile until at most one TMA store is in flight (12 waits per 128x192
+/// tile); deeper, the stores of one tile drain behind the next sub-tiles' math (quack keeps up to 5 in flight).
+/// For programs without a C source (ElementC void): nothing else shares the D buffers. A program opts in with
+///   using EpilogueDispatchPolicy = gemm::DeepStorePolicy<Traits, void, 6>;
+template <class Traits, class ElementC, int kStagesD>
+struct DeepStorePolicyOf {
+  static_assert(std::is_void_v<ElementC>, "DeepStorePolicy: programs without a C source only");
+  using Builder = typename cutlass::epilogue::collective::detail::EpilogueDescriptor<
+      typename Traits::TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC,
+      typename Traits::ElementD, typename Traits::EpilogueSchedule>;
+  static constexpr int kEpiTiles =
+      cute::size(cute::shape_div(cute::take<0, 2>(typename Traits::TileShape{}), typename Traits::EpilogueTile{}));
+  using type = cutlass::epilogue::Sm90TmaWarpSpecialized<
+      Builder::StagesC, (kStagesD < kEpiTiles ? kStagesD : kEpiTiles), Builder::DispatchPolicy::FragmentSize,
+      Builder::DispatchPolicy::ReuseSmemC, Builder::DispatchPolicy::DelayTmaStore>;
+};
+template <class Traits, class ElementC, int kStagesD>
+using DeepStorePolicy = typename DeepStorePolicyOf<Traits, ElementC, kStagesD>::type;
+
+namespace detail {
+/// Whether an epilogue has `static char const* check_args(Args const&)` (nullptr: accepted; else the rule).
+template <class Epilogue, class = void>
+struct HasCheckArgs : std::false_type {};
+template <class Epilogue>
+struct HasCheckArgs<Epilogue, std::void_t<decltype(Epilogue::check_args(std::declval<typename Epilogue::Args const&>()))>>
+    : std::true_type {};
+}  // namespace detail
 
 template <class Config, class Epilogue, class ElementAB, class ElementD, class LayoutA, class LayoutB>
 struct FusedLinear {
@@ -306,6 +336,9 @@ struct FusedLinear {
         return no(CODA_ERROR_SHAPE, "C: N=", op.N, " and ldc=", op.ldc, " must be multiples of ", kAlignmentC,
                   " with ldc >= N");
       }
+    }
+    if constexpr (detail::HasCheckArgs<Epilogue>::value) {
+      if (char const* why = Epilogue::check_args(epi)) return no(CODA_ERROR_INVALID_ARGUMENT, why);
     }
     if (knobs.swizzle != 1 && knobs.swizzle != 2 && knobs.swizzle != 4 && knobs.swizzle != 8) {
       return no(CODA_ERROR_INVALID_ARGUMENT, "swizzle must be 1, 2, 4 or 8, got ", knobs.swizzle);

@@ -76,6 +76,7 @@ constexpr Entry kEntries[] = {
     {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_coop_256x128x64_c1x2},
     {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_sk_128x256x64_c2x1},
     {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_pp_128x192x64_c2x1},
+    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_pp_128x192x64_c2x1_d6},
     {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_sk_128x256x64_c2x1},
     {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_pp_128x128x64_c2x1},
     {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_coop_128x256x64_c2x1},

@@ -8,6 +8,7 @@
 // "overwrite" (beta = 0) and "accumulate into D" (C = D, beta = 1) without extra memory traffic for the former.
 #pragma once
 
+#include "gemm/fused_linear.hpp"
 #include "gemm/kernel_api.hpp"
 #include "gemm/plain_kernels.hpp"
 
@@ -38,6 +39,36 @@ struct LinearCombinationEpilogue {
     static void make_args(FusionArguments& out, Args const& args, Operands const& /*operands*/) {
       out.op_0.scalars[0] = args.beta;
       out.op_2.op_0.scalars[0] = args.alpha;
+    }
+  };
+};
+
+/// The overwrite-only plain epilogue: D = alpha * acc (beta must be 0; check_args refuses anything else, so the
+/// tuner skips it for accumulating GEMMs). Without a C source the D buffers are not shared with C, so it keeps
+/// kStagesD of them (DeepStorePolicy) and the stores of a tile overlap the next sub-tiles' math.
+template <int kStagesD>
+struct ScaleEpilogue {
+  using Args = LinearCombinationArgs;
+
+  static char const* check_args(Args const& args) {
+    return args.beta == 0.0f ? nullptr : "this kernel overwrites D (beta = 0): accumulating needs one with a C source";
+  }
+
+  template <class Traits>
+  struct Program {
+    using ElementD = typename Traits::ElementD;
+    using ElementC = void;
+    static constexpr auto kRound = Traits::kRound;
+    using EpilogueDispatchPolicy = DeepStorePolicy<Traits, void, kStagesD>;
+
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>,
+        cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>, cutlass::epilogue::fusion::Sm90AccFetch>;
+
+    /// {op_0 = alpha, op_1 = acc fetch, op_2 = multiply node}
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, Operands const& /*operands*/) {
+      out.op_0.scalars[0] = args.alpha;
     }
   };
 };

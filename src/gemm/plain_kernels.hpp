@@ -30,6 +30,7 @@ Ops const& fwd_bf16_bf16_coop_128x256x64_c1x1();
 Ops const& fwd_bf16_bf16_pp_128x128x64_c2x1();
 Ops const& fwd_bf16_bf16_pp_64x256x64_c2x1();
 Ops const& fwd_bf16_bf16_pp_128x192x64_c2x1();
+Ops const& fwd_bf16_bf16_pp_128x192x64_c2x1_d6();  // overwrite only (beta = 0)
 Ops const& fwd_bf16_bf16_coop_256x128x64_c1x2();
 Ops const& fwd_bf16_bf16_sk_128x256x64_c2x1();
 // dgrad, bf16 -> bf16.

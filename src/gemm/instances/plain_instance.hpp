@@ -27,4 +27,9 @@ template <class Config, class Layout, class ElementD>
 using PlainGemm = FusedLinear<Config, LinearCombinationEpilogue, cutlass::bfloat16_t, ElementD, typename Layout::A,
                               typename Layout::B>;
 
+/// Overwrite-only (beta = 0) with kStagesD D store buffers.
+template <class Config, class Layout, class ElementD, int kStagesD>
+using PlainStoreGemm = FusedLinear<Config, ScaleEpilogue<kStagesD>, cutlass::bfloat16_t, ElementD, typename Layout::A,
+                                   typename Layout::B>;
+
 }  // namespace coda::gemm::plain
