@@ -4,6 +4,8 @@
 // docs/GEMM.md gives the reasons for this set.
 #pragma once
 
+#include "gemm/ragged_scheduler.hpp"
+
 #include <cute/tensor.hpp>
 #include <cutlass/epilogue/dispatch_policy.hpp>
 #include <cutlass/gemm/dispatch_policy.hpp>
@@ -52,10 +54,12 @@ struct Pp128x128x64C2x1 : Mainloop<128, 128, 2, 1, true, false> {
 struct Pp128x192x64C2x1 : Mainloop<128, 192, 2, 1, true, false> {
   static constexpr char const* kName = "pp_128x192x64_c2x1";
 };
-/// The same mainloop for the overwrite-only plain epilogue with 6 D store buffers (ScaleEpilogue<6>): A/B against
-/// pp_128x192x64_c2x1 (whose bf16 C source shares 4 buffers with D and keeps one store in flight).
+/// The same mainloop for the overwrite-only plain epilogue with 6 D store buffers (ScaleEpilogue<6>) and the tile
+/// scheduler without swizzle padding (ragged_scheduler.hpp): A/B against pp_128x192x64_c2x1 (whose bf16 C source
+/// shares 4 buffers with D and keeps one store in flight, and whose swizzle 4/8 pads 86 N tiles to 88).
 struct Pp128x192x64C2x1D6 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_d6";
+  using Scheduler = RaggedPersistentScheduler;
 };
 /// Pingpong with wide N tiles (each warpgroup owns 64 x 256): fewer B loads per FLOP at small M tiles.
 struct Pp64x256x64C2x1 : Mainloop<64, 256, 2, 1, true, false> {

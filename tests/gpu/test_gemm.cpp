@@ -479,9 +479,12 @@ TEST(GpuGemm, CublasOnlyCombinations) {
 }
 
 // Multi-wave and stream-K shapes (several K tiles per unit, tiles fewer than SMs, partial tiles on every edge).
+// 2600 x 1800: tile counts that are not multiples of the swizzle (11 clusters of 2 x 128 rows, 10 tiles of 192 or
+// 15 of 128 columns), so the ragged scheduler's last band runs with raster=m,swizzle=8 and raster=n,swizzle=2.
 TEST(GpuGemm, MediumShapesAllLayouts) {
   CODA_REQUIRE_SM90();
-  std::vector<std::array<int64_t, 3>> const shapes{{1000, 1032, 2056}, {4097, 264, 1544}, {264, 1000, 8200}};
+  std::vector<std::array<int64_t, 3>> const shapes{
+      {1000, 1032, 2056}, {4097, 264, 1544}, {264, 1000, 8200}, {2600, 1800, 128}};
   std::map<std::string, int> ran;
   for (ProblemClass const& cls : {kFwd, kDgrad, kWgrad, kWgradF32Acc}) sweep(cls, shapes, false, &ran);
   for (int i = 0; i + 1 < coda_gemm_config_count(); ++i) {
