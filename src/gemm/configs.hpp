@@ -49,17 +49,19 @@ struct Pp128x128x64C2x1 : Mainloop<128, 128, 2, 1, true, false> {
 };
 /// Pingpong 128x192 (192 fp32 accumulators per consumer thread): 1.5x the 128x128 tile's FLOPs per operand byte
 /// while one warpgroup's epilogue still hides behind the other's MMA; quack's fastest sm90 config on the LLaMA
-/// gate/up shapes (bench/results/vs_quack/). Plain forward GEMM only: F3 with it measured slower than F3's
-/// pingpong 128x128 (its epilogue spilled 12 bytes).
+/// gate/up shapes (bench/results/vs_quack/). 192 divides few LLaMA widths (gate/up 16384 / 192 = 85.3 tiles), so
+/// it runs on the tile scheduler without swizzle padding (ragged_scheduler.hpp): CUTLASS's pads 86 N tiles to 88
+/// with swizzle 8, and llama3-1B down (N = 2048: 11 tiles to 16) ran 1.88x cuBLAS on it against 1.10x ragged.
 struct Pp128x192x64C2x1 : Mainloop<128, 192, 2, 1, true, false> {
   static constexpr char const* kName = "pp_128x192x64_c2x1";
+  using Scheduler = RaggedPersistentScheduler;
 };
-/// The same mainloop for the overwrite-only plain epilogue with 6 D store buffers (ScaleEpilogue<6>) and the tile
-/// scheduler without swizzle padding (ragged_scheduler.hpp): A/B against pp_128x192x64_c2x1 (whose bf16 C source
-/// shares 4 buffers with D and keeps one store in flight, and whose swizzle 4/8 pads 86 N tiles to 88).
+/// The same mainloop for the overwrite-only plain epilogue with 6 D store buffers (ScaleEpilogue<6>): the plain
+/// forward GEMM's fastest kernel on the LLaMA gate/up and down shapes (0.94-1.00x cuBLAS under sustained load,
+/// bench/results/vs_quack/ab_deep_store/), where pp_128x192x64_c2x1's bf16 C source shares 4 buffers with D and
+/// keeps one TMA store in flight.
 struct Pp128x192x64C2x1D6 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_d6";
-  using Scheduler = RaggedPersistentScheduler;
 };
 /// Pingpong with wide N tiles (each warpgroup owns 64 x 256): fewer B loads per FLOP at small M tiles.
 struct Pp64x256x64C2x1 : Mainloop<64, 256, 2, 1, true, false> {
