@@ -72,6 +72,7 @@ key before quack is used, and does nothing where that module does not exist.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import importlib
 import math
@@ -395,12 +396,14 @@ class Case:
     """One (op, config, tokens): `fns` impl -> call returning its outputs ({name: tensor}); `checks` impl -> (the
     reference impl, [(name, get from the outputs, get from the reference's)]); `pinned` label -> quack's call with
     that config (None where the op has no config short list; `quack_best` is made from it); `labels` impl -> the
-    quack config it runs; `info` extra row fields."""
+    quack config it runs; `info` extra row fields; `choices` impl -> the kernel coda_gemm ran (its `gemm_choice`
+    field, filled by the calls)."""
 
-    def __init__(self, op, shape, fns, checks=None, pinned=None, labels=None, info=None):
+    def __init__(self, op, shape, fns, checks=None, pinned=None, labels=None, info=None, choices=None):
         self.op, self.shape, self.fns = op, shape, dict(fns)
         self.checks, self.pinned = dict(checks or {}), pinned
         self.labels, self.info = dict(labels or {}), dict(info or {})
+        self.choices = choices if choices is not None else {}
 
 
 def _rand(g, device):
@@ -553,13 +556,17 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns[f"coda:{pin}"] = with_env(*pin_variable(op, pin), fns["coda"])
             if "coda" in checks:  # the same comparison as CODA's default call
                 checks[f"coda:{pin}"] = checks["coda"]
+    choices = {}
+    if op in ("gemm_gu", "gemm_down"):  # which kernel coda_gemm ran (tuned, pinned or cached): the rows say
+        for impl in [k for k in fns if k.startswith("coda")]:
+            fns[impl] = recording_choice(fns[impl], choices, impl)
     if op in graph_ops:
         for impl in ("coda", "quack"):
             if impl in fns:
                 fns[f"{impl}_graph"] = GraphReplay(fns[impl])
                 if impl in checks:
                     checks[f"{impl}_graph"] = checks[impl]
-    return Case(op, shape, fns, checks, pinned, labels, info)
+    return Case(op, shape, fns, checks, pinned, labels, info, choices)
 
 
 class GraphReplay:
@@ -596,6 +603,23 @@ def per_op_call(fn, result):
             if isinstance(result.get(k), (int, float)):
                 result[k] = result[k] / calls
     return result
+
+
+def recording_choice(fn, choices, impl):
+    """fn, storing the kernel coda_gemm last ran on this thread (coda_gemm_last_choice) in choices[impl]; nothing
+    where libcoda is not loaded (the CPU tests' stand-ins)."""
+    from coda import _C
+
+    def call():
+        out = fn()
+        try:
+            last = _C.library().coda_gemm_last_choice
+        except RuntimeError:
+            return out
+        last.restype, last.argtypes = ctypes.c_char_p, []
+        choices[impl] = last().decode()
+        return out
+    return call
 
 
 def pin_variable(op, pin):
@@ -967,8 +991,9 @@ def main(argv=None):
                                    for impl in contenders(op, quack is not None, a.coda_pins, a.graph_ops)}
                     for impl, r in results.items():
                         label = case.labels.get(impl) if case else None
+                        choice = {"gemm_choice": case.choices[impl]} if case and impl in case.choices else {}
                         new.append(make_row(op, config, shape, impl, r, commit, gpu, date, quack_config=label,
-                                            **run_fields, **(case.info if case else {})))
+                                            **run_fields, **(case.info if case else {}), **choice))
                     if a.quack and quack is None:
                         new.append(make_row(op, config, shape, "quack", {"error": why}, commit, gpu, date,
                                             **run_fields))
