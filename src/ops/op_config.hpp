@@ -40,7 +40,7 @@ struct KernelChoice {
 /// pp_128x128x64_c2x1 only), in its dispatcher's order; nullptr for a name that is not a fused op. Static storage.
 char const* fused_op_configs(char const* op, bool fp16);
 
-/// Most fused ops compile bf16 {coop_128x256x64_c2x1, pp_128x128x64_c2x1} and fp16 {pp_128x128x64_c2x1}. Returns
+/// Every fused op compiles bf16 {coop_128x256x64_c2x1, pp_128x128x64_c2x1} and fp16 {pp_128x128x64_c2x1}. Returns
 /// the pinned kernel among those of the dtype, else the pingpong one; the op then applies its own shape rules
 /// (some take the cooperative kernel at long K: docs/FUSED_OPS.md "Dispatch").
 template <class Args>
@@ -53,22 +53,6 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
   int const pick = pinned_config(op, infos + first, count, &c.knobs);
   c.pinned = pick >= 0;
   c.ops = all[first + (c.pinned ? pick : count - 1)];
-  return c;
-}
-
-/// The same for an op that also compiles the bf16 pingpong 128x192 kernel (third in the order); the default is
-/// still the pingpong 128x128 one.
-template <class Args>
-KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_coop,
-                                 gemm::KernelOps<Args> const& bf16_pp, gemm::KernelOps<Args> const& bf16_pp192,
-                                 gemm::KernelOps<Args> const& fp16_pp) {
-  gemm::KernelOps<Args> const* const all[] = {&bf16_coop, &bf16_pp, &bf16_pp192, &fp16_pp};
-  gemm::KernelInfo const* const infos[] = {&all[0]->info, &all[1]->info, &all[2]->info, &all[3]->info};
-  int const first = fp16 ? 3 : 0, count = fp16 ? 1 : 3;
-  KernelChoice<Args> c;
-  int const pick = pinned_config(op, infos + first, count, &c.knobs);
-  c.pinned = pick >= 0;
-  c.ops = all[first + (c.pinned ? pick : (fp16 ? 0 : 1))];
   return c;
 }
 

@@ -11,8 +11,7 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
                             cudaStream_t stream) {
   namespace kn = swiglu_kernels;
   auto choice = choose_kernel("coda_linear_rowscale_swiglu", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
-                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_bf16_pp_128x192x64_c2x1(),
-                              kn::fwd_fp16_pp_128x128x64_c2x1());
+                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
   // Pingpong 128x128 (the SwiGLU epilogue, with 1.5x the plain GEMM's output bytes, overlaps the other
   // warpgroup's MMA), raster along N, swizzle 8: 0.98-1.01 x cuBLAS on the LLaMA gate/up shapes, where the
   // cooperative 128x256 took 1.16-1.28 x and the default raster up to 1.4 x (bench/results/fused_h200_*).
