@@ -58,7 +58,7 @@ struct Pp128x192x64C2x1 : Mainloop<128, 192, 2, 1, true, false> {
 };
 /// The same mainloop for the overwrite-only plain epilogue with 6 D store buffers (ScaleEpilogue<6>): the plain
 /// forward GEMM's fastest kernel on the LLaMA gate/up and down shapes (0.94-1.00x cuBLAS under sustained load,
-/// bench/results/vs_quack/ab_deep_store/), where pp_128x192x64_c2x1's bf16 C source shares 4 buffers with D and
+/// bench/results/vs_quack/deep_store_ab/), where pp_128x192x64_c2x1's bf16 C source shares 4 buffers with D and
 /// keeps one TMA store in flight.
 struct Pp128x192x64C2x1D6 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_d6";
