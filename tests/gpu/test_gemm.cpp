@@ -563,6 +563,14 @@ TEST(GpuGemm, BadCandidatesAreClearErrors) {
   EXPECT_NE(std::string(coda_gemm_hook_error()).find("M-major"), std::string::npos) << coda_gemm_hook_error();
   check_candidate(w, nullptr);
   EXPECT_EQ(std::string(coda_gemm_last_choice()), "cublas");
+  // The overwrite-only kernel refuses to accumulate (beta = 1) with its rule; a pin of it is an error, not a
+  // silent overwrite of D.
+  Problem const acc(kFwdAcc, 256, 384, 128, 12, false);
+  coda_gemm_problem const adesc = acc.desc();
+  EXPECT_EQ(coda_gemm_candidate_check("pp_128x192x64_c2x1_d6", &adesc), 0);
+  EXPECT_NE(std::string(coda_gemm_hook_error()).find("beta = 0"), std::string::npos) << coda_gemm_hook_error();
+  EXPECT_EQ(coda_gemm_run_candidate("pp_128x192x64_c2x1_d6", &adesc, nullptr, 0, nullptr), CODA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(coda_gemm_candidate_check("pp_128x192x64_c2x1", &adesc), 1) << coda_gemm_hook_error();
 }
 
 // The public C ABI path (src/api validation + autotuned dispatch).
