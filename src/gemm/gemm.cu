@@ -361,21 +361,28 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   return all[best];
 }
 
-/// CODA_GEMM_AUTOTUNE=settled: tune by the sustained-load method (TimingOptions::settled) instead of the
-/// cool-card default.
-bool settled_tuning() {
+/// The timing method CODA_GEMM_AUTOTUNE names besides on/off: "settled" (TimingOptions::settled, the
+/// sustained-load method) or "burst" (TimingOptions::burst, back-to-back bursts on the cool card); "" for the
+/// default (each run alone after an L2 flush).
+std::string tuning_mode() {
   std::string v = runtime::env_string("CODA_GEMM_AUTOTUNE");
   for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return v == "settled";
+  return v == "settled" || v == "burst" ? v : std::string();
 }
 
-/// The winner cache key. Settled tuning has its own keys ("|tune=settled"): the two methods can pick differently,
-/// and a cache file says which one picked.
-std::string tune_key(GemmArgs const& a, bool cublas_allowed) {
+runtime::TimingOptions timing_for(std::string const& mode) {
+  if (mode == "settled") return runtime::TimingOptions::settled();
+  if (mode == "burst") return runtime::TimingOptions::burst();
+  return runtime::TimingOptions{};
+}
+
+/// The winner cache key. Each timing method has its own keys ("|tune=settled", "|tune=burst"): the methods can
+/// pick differently, and a cache file says which one picked.
+std::string tune_key(GemmArgs const& a, bool cublas_allowed, std::string const& mode = tuning_mode()) {
   return coda::detail::concat("gemm|M=", a.M, "|N=", a.N, "|K=", a.K, "|ab=", dtype_name(a.dtype_ab),
                               "|d=", dtype_name(a.dtype_d), "|a=", a.a_col_major ? "m" : "k",
                               "|b=", a.b_col_major ? "n" : "k", "|acc=", a.accumulate ? 1 : 0,
-                              "|cublas=", cublas_allowed ? 1 : 0, settled_tuning() ? "|tune=settled" : "");
+                              "|cublas=", cublas_allowed ? 1 : 0, mode.empty() ? "" : "|tune=", mode);
 }
 
 /// The kernel run() uses for `a` (pinned, cached, tuned now, or the default), never cuBLAS when excluded.
@@ -441,7 +448,7 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
   float ms = 0.0f, coda_ms = 0.0f;
   std::optional<Candidate> best_coda;
   std::optional<Candidate> winner =
-      tune(a, stage1, cublas_allowed, settled_tuning() ? runtime::TimingOptions::settled() : runtime::TimingOptions{},
+      tune(a, stage1, cublas_allowed, timing_for(tuning_mode()),
            workspace, workspace_bytes, stream, &ms, &best_coda, &coda_ms);
   if (!winner) return fallback;
   cache.store(key, device, name_of(*winner), ms);

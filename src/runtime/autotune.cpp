@@ -93,7 +93,8 @@ std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates,
   int const max_reps = std::max(1, options.max_reps);
   int const min_reps = std::clamp(options.min_reps, 1, max_reps);
   int const rounds = std::max(1, options.rounds);
-  Events events(2 * static_cast<size_t>(max_reps));  // (start, stop) per timed run: the flush stays outside
+  // (start, stop) per timed run, the flush outside; back to back: one pair per round.
+  Events events(options.back_to_back ? 2 : 2 * static_cast<size_t>(max_reps));
   L2Flush const flush(stream);
   std::vector<float> result(candidates.size(), kInf);
   std::vector<int> reps(candidates.size(), 0);  // 0: candidate failed
@@ -139,6 +140,20 @@ std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates,
       size_t const i = (k + static_cast<size_t>(round)) % candidates.size();
       if (reps[i] == 0) continue;
       bool ok = true;
+      if (options.back_to_back) {
+        flush(round + 1);
+        CODA_CUDA_CHECK(cudaEventRecord(events[0], stream));
+        for (int r = 0; r < reps[i] && ok; ++r) ok = try_launch(candidates[i], stream);
+        CODA_CUDA_CHECK(cudaEventRecord(events[1], stream));
+        CODA_CUDA_CHECK(cudaEventSynchronize(events[1]));
+        if (!ok) {
+          reps[i] = 0;
+          samples[i].clear();
+          continue;
+        }
+        samples[i].push_back(elapsed_ms(events[0], events[1]) / static_cast<float>(reps[i]));
+        continue;
+      }
       for (int r = 0; r < reps[i] && ok; ++r) {
         flush(r + 1);
         CODA_CUDA_CHECK(cudaEventRecord(events[2 * static_cast<size_t>(r)], stream));

@@ -39,6 +39,22 @@ struct TimingOptions {
   /// that the SM clock has settled where sustained load holds it (the H200 at 700 W: ~1300-1500 MHz instead of
   /// 1980 MHz cool). 0: no warm-up (a cool-card timing).
   float warm_ms = 0.0f;
+  /// Time each candidate's runs of a round back to back between two events, after one L2 flush (one sample per
+  /// round: the mean run), instead of each run alone after its own flush. That is how a training step and the
+  /// sustained-load benchmarks run a kernel; bench/results/vs_quack/deep_store_ab/ (run 5) measured that such
+  /// bursts on a cool card rank GEMM candidates as the settled clock does.
+  bool back_to_back = false;
+
+  /// What CODA_GEMM_AUTOTUNE=burst asks for: 3 rounds in rotating order of back-to-back bursts of ~20 ms.
+  static TimingOptions burst() {
+    TimingOptions o;
+    o.min_reps = 3;
+    o.max_reps = 200;
+    o.rounds = 3;
+    o.target_ms = 60.0f;
+    o.back_to_back = true;
+    return o;
+  }
 
   /// What CODA_GEMM_AUTOTUNE=settled asks for: PROTOCOL.md's sustained-load method applied to tuning (warm-up, then
   /// rounds in rotating order). About 1.5 s + 60 ms per candidate for each new problem.
@@ -56,7 +72,7 @@ struct TimingOptions {
 /// Times each candidate on `stream`: one warm-up run and one run to estimate the time, then (warm_ms > 0) the
 /// settling runs, then `rounds` rounds, each starting one candidate later in the list, in which every candidate
 /// gets `reps` event-timed runs (reps from TimingOptions and the estimate), each after an L2 flush (operands come
-/// from HBM, as in training);
+/// from HBM, as in training), or with back_to_back one burst of `reps` runs after one flush;
 /// returns the median over all timed runs in ms per candidate, +infinity for a
 /// candidate that threw or failed to launch. Blocks the calling thread until the timing runs finish. The stream
 /// must not be capturing a CUDA graph (check with stream_is_capturing first).

@@ -509,16 +509,17 @@ TEST(GpuGemm, PinnedConfigIsUsed) {
   unsetenv("CODA_GEMM_CONFIG");
 }
 
-// CODA_GEMM_AUTOTUNE=settled: the sustained-load tuning picks a kernel that passes the checks, records it under its
-// own key ("|tune=settled") in the cache file, and spends its settling time (>= 1 s of GPU work before timing).
-TEST(GpuGemm, SettledTuningIsCachedUnderItsOwnKey) {
-  CODA_REQUIRE_SM90();
+// CODA_GEMM_AUTOTUNE=<mode>: the tuning picks a kernel that passes the checks and records it under its own key
+// ("|tune=<mode>") in the cache file, nothing else; returns the seconds it took.
+namespace {
+double tune_with_mode(char const* mode) {
   Problem const p(kFwd, 1000, 1032, 2056, 11, false);
-  ASSERT_TRUE(p.allocated());
-  std::string const cache = testing::TempDir() + "coda_settled_tuning.txt";
+  EXPECT_TRUE(p.allocated());
+  if (!p.allocated()) return 0.0;
+  std::string const cache = testing::TempDir() + "coda_" + mode + "_tuning.txt";
   std::remove(cache.c_str());
   setenv("CODA_AUTOTUNE_CACHE", cache.c_str(), 1);
-  setenv("CODA_GEMM_AUTOTUNE", "settled", 1);
+  setenv("CODA_GEMM_AUTOTUNE", mode, 1);
   coda_gemm_clear_tuning();
   auto const t0 = std::chrono::steady_clock::now();
   check_candidate(p, nullptr);
@@ -527,22 +528,37 @@ TEST(GpuGemm, SettledTuningIsCachedUnderItsOwnKey) {
   unsetenv("CODA_GEMM_AUTOTUNE");
   unsetenv("CODA_AUTOTUNE_CACHE");
   coda_gemm_clear_tuning();
-  EXPECT_GE(seconds, 1.0) << "settled tuning took " << seconds << " s: the warm-up did not run";
   std::ifstream in(cache);
   std::string line;
-  int settled_lines = 0, other_lines = 0;
+  std::string const tag = std::string("|tune=") + mode + "|";
+  int mode_lines = 0, other_lines = 0;
   while (std::getline(in, line)) {
-    bool const settled = line.find("|tune=settled|") != std::string::npos;
-    settled_lines += settled;
-    other_lines += !settled;
-    if (settled && line.find("|cublas=1|") != std::string::npos) {
+    bool const mine = line.find(tag) != std::string::npos;
+    mode_lines += mine;
+    other_lines += !mine;
+    if (mine && line.find("|cublas=1|") != std::string::npos) {
       EXPECT_NE(line.find("\t" + winner + "\t"), std::string::npos) << line << " vs the run's choice " << winner;
     }
   }
-  EXPECT_GE(settled_lines, 1) << cache;
+  EXPECT_GE(mode_lines, 1) << cache;
   EXPECT_EQ(other_lines, 0) << cache;
-  std::printf("[gemm] settled tuning of %s: %s in %.2f s\n", p.label().c_str(), winner.c_str(), seconds);
+  std::printf("[gemm] %s tuning of %s: %s in %.2f s\n", mode, p.label().c_str(), winner.c_str(), seconds);
   std::remove(cache.c_str());
+  return seconds;
+}
+}  // namespace
+
+// settled spends its settling time (>= 1 s of GPU work before timing).
+TEST(GpuGemm, SettledTuningIsCachedUnderItsOwnKey) {
+  CODA_REQUIRE_SM90();
+  double const seconds = tune_with_mode("settled");
+  EXPECT_GE(seconds, 1.0) << "settled tuning took " << seconds << " s: the warm-up did not run";
+}
+
+// burst: back-to-back bursts, no settling.
+TEST(GpuGemm, BurstTuningIsCachedUnderItsOwnKey) {
+  CODA_REQUIRE_SM90();
+  tune_with_mode("burst");
 }
 
 TEST(GpuGemm, BadCandidatesAreClearErrors) {
