@@ -866,7 +866,7 @@ def markdown_table(rows):
     contender whose outputs agree with CODA's: quack_default, quack_best, the op's one `quack` call, quack_rms or
     quack_norm_act, which compute what CODA's op does; the screen picks quack_best from short timings, so
     quack_default can come out faster), the other contenders, and the output check ("yes", or the impls that
-    disagree)."""
+    disagree). CODA's plain GEMM cell names the kernel its autotuner ran (`gemm_choice`) where the row has it."""
     lines = ["| op | config | tokens | cuBLAS ms | CODA ms (/ cuBLAS) | quack default ms (/ cuBLAS) | quack best ms "
              "(/ cuBLAS) | quack best config | CODA / quack | other (/ cuBLAS) | agree |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|---|---|"]
@@ -882,7 +882,9 @@ def markdown_table(rows):
         agree = ("no: " + ", ".join(bad)) if bad else ("yes" if checked else "-")
         if errors:
             agree += "; errors: " + ", ".join(errors)
-        lines.append(f"| {op} | {config} | {tokens} | {_cell(g, 'cublas_gemm')} | {_with_ratio(g, 'coda', cb)} | "
+        choice = g.get("coda", {}).get("gemm_choice")
+        coda_cell = _with_ratio(g, "coda", cb) + (f" [{choice}]" if choice else "")
+        lines.append(f"| {op} | {config} | {tokens} | {_cell(g, 'cublas_gemm')} | {coda_cell} | "
                      f"{_with_ratio(g, 'quack_default', cb)} | {_with_ratio(g, qname, cb)} | {label or '-'} | "
                      f"{_ratio(_ms(g, 'coda'), fastest_quack_ms(g))} | {'; '.join(other) or '-'} | {agree} |")
     return "\n".join(lines)

@@ -463,3 +463,16 @@ def test_graph_ops_contenders_and_per_call_time():
     assert vs_quack.per_op_call(lambda: None, {"ms": 2.0}) == {"ms": 2.0}
     with pytest.raises(SystemExit):
         vs_quack.parse_args(["--graph-ops", "rmsnrom"])
+
+
+def test_table_names_the_tuned_gemm_kernel():
+    """CODA's cell carries the kernel coda_gemm ran (`gemm_choice`, recorded for gemm_gu / gemm_down)."""
+    shape = (8, 16, 32)
+    rows = [vs_quack.make_row("gemm_gu", "llama3-1B", shape, "cublas_gemm", {"ms": 1.0}, "abc1234", "cpu", "d"),
+            vs_quack.make_row("gemm_gu", "llama3-1B", shape, "coda", {"ms": 0.96}, "abc1234", "cpu", "d",
+                              gemm_choice="pp_128x192x64_c2x1_d6:raster=m,swizzle=8")]
+    cells = [c.strip() for c in vs_quack.markdown_table(rows).splitlines()[2].split("|")[1:-1]]
+    assert cells[4] == "0.960 (0.960) [pp_128x192x64_c2x1_d6:raster=m,swizzle=8]"
+    rows[1].pop("gemm_choice")
+    cells = [c.strip() for c in vs_quack.markdown_table(rows).splitlines()[2].split("|")[1:-1]]
+    assert cells[4] == "0.960 (0.960)"
