@@ -93,25 +93,31 @@ def coda_runner(cfg, w, pos, inv):
     return fwd, params
 
 
+def fwd_bwd_step(fwd, inputs, params):
+    """One training step's block work as a call: forward, backward with upstream gradients drawn at the first call and
+    kept, then the parameter and input gradients dropped (a step's zero_grad)."""
+    grads_out = []
+
+    def call():
+        outs = fwd(*inputs)
+        if not grads_out:
+            grads_out.extend(torch.randn_like(o) for o in outs)
+        torch.autograd.backward(outs, grads_out)
+        for p in list(params) + list(inputs):
+            p.grad = None
+    return call
+
+
 def prepare_impl(name, fwd, inputs, params, reps, device="cuda", env=None):
     """Warms fwd up, measures its peak memory, and returns (peak GiB, measure, profiled calls): measure() times it
     once (one round of common.interleaved). env: {VAR: value} set around every call, forward and backward (a
     variant's CODA_OP_CONFIG, CODA_GEMM_CONFIG, ...)."""
-    grads_out = None
     cuda = is_cuda(device)
+    fwd_bwd_call = fwd_bwd_step(fwd, inputs, params)
 
     def fwd_bwd():
         with env_vars(env):
             fwd_bwd_call()
-
-    def fwd_bwd_call():
-        nonlocal grads_out
-        outs = fwd(*inputs)
-        if grads_out is None:
-            grads_out = [torch.randn_like(o) for o in outs]
-        torch.autograd.backward(outs, grads_out)
-        for p in list(params) + list(inputs):
-            p.grad = None
 
     # the forward with autograd on (it saves what the backward needs) is what a training step runs
     def forward_train():

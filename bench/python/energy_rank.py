@@ -1,7 +1,7 @@
 """Does a GEMM kernel's energy per call on a cool GPU predict its time under sustained load?
 
 At the H200's 700 W limit a kernel's sustained time is its energy divided by the power cap, while the autotuner
-times candidates on the first call, at the cool clock (1980 MHz), where time ranks them differently
+times candidates on the first call, at the cool clock (1980 MHz), and picked kernels that lose under sustained load
 (bench/results/vs_quack/deep_store_ab/). For each shape and pinned plain-GEMM candidate (CODA_GEMM_CONFIG) this
 measures, in one run:
   cool:    after `--idle-s` of idling, `--burst-ms` of back-to-back calls: ms per call, mJ per call (NVML's total
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time

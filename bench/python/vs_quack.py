@@ -638,17 +638,8 @@ def block_contenders(cfg, M, device="cuda"):
     inputs = [y0, x0]
 
     def fwd_bwd(fwd, params):
-        grads = []
-
-        def call():
-            outs = fwd(*inputs)
-            if not grads:
-                grads.extend(torch.randn_like(o) for o in outs)
-            torch.autograd.backward(outs, grads)
-            for p in list(params) + inputs:
-                p.grad = None
-            return {}
-        return call
+        step = bb.fwd_bwd_step(fwd, inputs, params)
+        return lambda: (step(), {})[1]
 
     coda_fwd, coda_params = bb.coda_runner(cfg, w, pos, inv)
     compiled = torch.compile(lambda a, b: bb.torch_block(a, b, w, cos, sin, cfg), fullgraph=True)
@@ -661,10 +652,11 @@ def block_contenders(cfg, M, device="cuda"):
         return liger[0]()
 
     g = torch.Generator(device=device).manual_seed(1)
+
+    def r(*shape, std=1.0):
+        return (torch.randn(*shape, device=device, generator=g) * std).to(torch.bfloat16)
     mats = []
     for m, n, k in block_gemms(cfg, M):
-        def r(*shape, std=1.0):
-            return (torch.randn(*shape, device=device, generator=g) * std).to(torch.bfloat16)
         mats.append(dict(x=r(m, k), w=r(n, k, std=k ** -0.5), dy=r(m, n, std=0.01),
                          y=torch.empty(m, n, device=device, dtype=torch.bfloat16),
                          dx=torch.empty(m, k, device=device, dtype=torch.bfloat16),
@@ -686,15 +678,18 @@ def recording_choice(fn, choices, impl):
     """fn, storing the kernel coda_gemm last ran on this thread (coda_gemm_last_choice) in choices[impl]; nothing
     where libcoda is not loaded (the CPU tests' stand-ins)."""
     from coda import _C
+    last = []  # coda_gemm_last_choice, resolved at the first call (not per timed call)
 
     def call():
         out = fn()
-        try:
-            last = _C.library().coda_gemm_last_choice
-        except RuntimeError:
-            return out
-        last.restype, last.argtypes = ctypes.c_char_p, []
-        choices[impl] = last().decode()
+        if not last:
+            try:
+                f = _C.library().coda_gemm_last_choice
+            except RuntimeError:
+                return out
+            f.restype, f.argtypes = ctypes.c_char_p, []
+            last.append(f)
+        choices[impl] = last[0]().decode()
         return out
     return call
 

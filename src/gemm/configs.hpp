@@ -56,10 +56,10 @@ struct Pp128x192x64C2x1 : Mainloop<128, 192, 2, 1, true, false> {
   static constexpr char const* kName = "pp_128x192x64_c2x1";
   using Scheduler = RaggedPersistentScheduler;
 };
-/// The same mainloop for the overwrite-only plain epilogue with 6 D store buffers (ScaleEpilogue<6>): the plain
-/// forward GEMM's fastest kernel on the LLaMA gate/up and down shapes (0.94-1.00x cuBLAS under sustained load,
-/// bench/results/vs_quack/deep_store_ab/), where pp_128x192x64_c2x1's bf16 C source shares 4 buffers with D and
-/// keeps one TMA store in flight.
+/// The same mainloop for the overwrite-only plain epilogue with 6 D store buffers (ScaleEpilogue<6>), where
+/// pp_128x192x64_c2x1's bf16 C source shares 4 buffers with D and keeps one TMA store in flight. Pinned at raster m,
+/// swizzle 8 on the llama3 gate/up shapes under sustained load: 0.94-0.96x cuBLAS at 1B, 0.94-1.04x at 8B/70B over
+/// three runs (bench/results/vs_quack/deep_store_ab/); not better than the tuner's picks on the down shapes.
 struct Pp128x192x64C2x1D6 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_d6";
 };

@@ -378,7 +378,8 @@ runtime::TimingOptions timing_for(std::string const& mode) {
 
 /// The winner cache key. Each timing method has its own keys ("|tune=settled", "|tune=burst"): the methods can
 /// pick differently, and a cache file says which one picked.
-std::string tune_key(GemmArgs const& a, bool cublas_allowed, std::string const& mode = tuning_mode()) {
+std::string tune_key(GemmArgs const& a, bool cublas_allowed) {
+  std::string const mode = tuning_mode();
   return coda::detail::concat("gemm|M=", a.M, "|N=", a.N, "|K=", a.K, "|ab=", dtype_name(a.dtype_ab),
                               "|d=", dtype_name(a.dtype_d), "|a=", a.a_col_major ? "m" : "k",
                               "|b=", a.b_col_major ? "n" : "k", "|acc=", a.accumulate ? 1 : 0,

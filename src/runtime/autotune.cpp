@@ -140,35 +140,34 @@ std::vector<float> time_candidates(std::vector<TuneCandidate> const& candidates,
       size_t const i = (k + static_cast<size_t>(round)) % candidates.size();
       if (reps[i] == 0) continue;
       bool ok = true;
+      size_t last = 1;  // the stop event of the round's last timing
       if (options.back_to_back) {
         flush(round + 1);
         CODA_CUDA_CHECK(cudaEventRecord(events[0], stream));
         for (int r = 0; r < reps[i] && ok; ++r) ok = try_launch(candidates[i], stream);
         CODA_CUDA_CHECK(cudaEventRecord(events[1], stream));
-        CODA_CUDA_CHECK(cudaEventSynchronize(events[1]));
-        if (!ok) {
-          reps[i] = 0;
-          samples[i].clear();
-          continue;
+      } else {
+        for (int r = 0; r < reps[i] && ok; ++r) {
+          flush(r + 1);
+          CODA_CUDA_CHECK(cudaEventRecord(events[2 * static_cast<size_t>(r)], stream));
+          ok = try_launch(candidates[i], stream);
+          CODA_CUDA_CHECK(cudaEventRecord(events[2 * static_cast<size_t>(r) + 1], stream));
         }
-        samples[i].push_back(elapsed_ms(events[0], events[1]) / static_cast<float>(reps[i]));
-        continue;
+        last = 2 * static_cast<size_t>(reps[i]) - 1;
       }
-      for (int r = 0; r < reps[i] && ok; ++r) {
-        flush(r + 1);
-        CODA_CUDA_CHECK(cudaEventRecord(events[2 * static_cast<size_t>(r)], stream));
-        ok = try_launch(candidates[i], stream);
-        CODA_CUDA_CHECK(cudaEventRecord(events[2 * static_cast<size_t>(r) + 1], stream));
-      }
-      CODA_CUDA_CHECK(cudaEventSynchronize(events[2 * static_cast<size_t>(reps[i]) - 1]));
+      CODA_CUDA_CHECK(cudaEventSynchronize(events[last]));
       if (!ok) {
         reps[i] = 0;
         samples[i].clear();
         continue;
       }
-      for (int r = 0; r < reps[i]; ++r) {
-        samples[i].push_back(
-            elapsed_ms(events[2 * static_cast<size_t>(r)], events[2 * static_cast<size_t>(r) + 1]));
+      if (options.back_to_back) {
+        samples[i].push_back(elapsed_ms(events[0], events[1]) / static_cast<float>(reps[i]));
+      } else {
+        for (int r = 0; r < reps[i]; ++r) {
+          samples[i].push_back(
+              elapsed_ms(events[2 * static_cast<size_t>(r)], events[2 * static_cast<size_t>(r) + 1]));
+        }
       }
     }
   }

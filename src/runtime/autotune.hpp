@@ -41,8 +41,8 @@ struct TimingOptions {
   float warm_ms = 0.0f;
   /// Time each candidate's runs of a round back to back between two events, after one L2 flush (one sample per
   /// round: the mean run), instead of each run alone after its own flush. That is how a training step and the
-  /// sustained-load benchmarks run a kernel; bench/results/vs_quack/deep_store_ab/ (run 5) measured that such
-  /// bursts on a cool card rank GEMM candidates as the settled clock does.
+  /// sustained-load benchmarks run a kernel; on a cool card such bursts put the same llama3 gate/up candidate first
+  /// as the settled clock (1B, 8B; the 8B order identical), bench/results/vs_quack/deep_store_ab/ run 5.
   bool back_to_back = false;
 
   /// What CODA_GEMM_AUTOTUNE=burst asks for: 3 rounds in rotating order of back-to-back bursts of ~20 ms.
