@@ -23,8 +23,9 @@ contenders (`impl`; CODA's first, then quack's):
 - b2 (M x d x 2F, the gate/up dgrad): B2 linear_residual_rmsnorm_bwd (dx, a, dgamma) | quack gemm(dz, w) then
   rmsnorm.rmsnorm_bwd(dresidual_out = dx_in) (dx, dgamma; no a).
 - lm_head (M x V x d, forward + backward): linear_cross_entropy (final RMSNorm + LM head + CE, one chunked pass)
-  | quack rmsnorm.rmsnorm + linear_cross_entropy.chunked_linear_cross_entropy (tuned=False); cublas_gemm: the three
-  GEMMs of the shape (logits, dx, dW).
+  | quack rmsnorm.rmsnorm + linear_cross_entropy.chunked_linear_cross_entropy (tuned=False); torch_compile: the eager
+  head (HF RMSNorm, logits, fp32 cross-entropy) under torch.compile; cublas_gemm: the three GEMMs of the shape
+  (logits, dx, dW).
 - rmsnorm (M x d, no GEMM): rmsnorm_prepare (h = x gamma, rstd) | quack rmsnorm.rmsnorm_fwd(store_rstd=True)
   (x_hat gamma, rstd).
 - block (rows with suite "block"; M x d x F names the shape): bench_block.py's block (o-projection to the next
@@ -87,6 +88,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from common import (CONFIGS, EPS, NvmlSampler, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda,
                     timed_pipelined, warm_for)
 from report import commit as git_commit
@@ -556,6 +558,10 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
         fns["cublas_gemm"] = gemms
         import coda
         fns["coda"] = step(lambda: coda.ops.linear_cross_entropy(x, gam, w, t, EPS))
+        # torch.compile of the eager head (HF RMSNorm, logits, fp32 cross-entropy), as bench_lm_head.py times it.
+        compiled = torch.compile(lambda: F.cross_entropy((hf_rms_norm(x, gam) @ w.T).float(), t), fullgraph=True)
+        fns["torch_compile"] = step(compiled)
+        checks["torch_compile"] = ("coda", same("loss", "dx", "dw", "dgamma"))
         if q:
             fns["quack"] = step(lambda: q.lce(q.rmsnorm(x, gam, EPS), w, t))
             labels["quack"] = "default"

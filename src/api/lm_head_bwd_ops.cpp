@@ -14,8 +14,12 @@
 #include "api/compose.hpp"
 #include "api/guard.hpp"
 #include "api/validate.hpp"
+#include "gemm/kernel_api.hpp"
 #include "kernels/kernels.hpp"
+#include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
+#include "ops/linear_rowscale_exp/kernels.hpp"
 #include "ops/op_config.hpp"
+#include "runtime/autotune.hpp"
 
 using coda::api::Arg;
 using coda::api::guarded;
@@ -42,6 +46,14 @@ int64_t chunk_of(int64_t M, int64_t chunk_rows) {
   return std::max<int64_t>(1, std::min(c, M));
 }
 
+// The exponential form (MATH.md F6, "exponential form"): bf16 without label smoothing. Per chunk ce_exp_offset ->
+// the ExpCe logits GEMM (E = s exp(c - K) stored where the logits go) -> ce_exp_finish -> ce_exp_rescue -> B2 with
+// the row scale v -> the same dW GEMM on E. No pass over [C, V] between the GEMMs (F6 reads the logits twice and
+// writes dlogits). CODA_LCE_LOGITS=1 forces the logits path (A/B benchmarks).
+bool exponential_form(coda_dtype dt, coda_ce_options const& o) {
+  return dt == CODA_BF16 && o.label_smoothing == 0.0f && !coda::runtime::env_flag("CODA_LCE_LOGITS");
+}
+
 struct Plan {
   float* g = nullptr;        // [1] mean's gradient scale
   void* logits = nullptr;    // [C, Vp] logits, then dlogits
@@ -52,6 +64,13 @@ struct Plan {
   float* loss_rows = nullptr;  // [M] per-row losses (reduced into loss_out for mean/sum)
   unsigned long long* count = nullptr;  // the mean's non-ignored row count
   float* dgamma = nullptr;   // [chunks, d] per-chunk dgamma
+  float* offset = nullptr;   // [C] exponential form: K, l_t, v, the flagged rows and their count, the GEMM's partials
+  float* target_logit = nullptr;
+  float* v = nullptr;
+  int* flagged = nullptr;
+  unsigned* flag_count = nullptr;
+  void* exp_parts = nullptr;
+  size_t exp_parts_bytes = 0;
   void* op_ws = nullptr;
   size_t op_ws_bytes = 0;
   size_t total = 0;
@@ -75,6 +94,13 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   p.loss_rows = static_cast<float*>(take(static_cast<size_t>(M) * 4));
   p.count = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
   p.dgamma = static_cast<float*>(take(static_cast<size_t>(chunks * d) * 4));
+  p.offset = static_cast<float*>(take(static_cast<size_t>(C) * 4));
+  p.target_logit = static_cast<float*>(take(static_cast<size_t>(C) * 4));
+  p.v = static_cast<float*>(take(static_cast<size_t>(C) * 4));
+  p.flagged = static_cast<int*>(take(static_cast<size_t>(C) * 4));
+  p.flag_count = static_cast<unsigned*>(take(sizeof(unsigned)));
+  p.exp_parts_bytes = coda::ops::exp_ce_workspace(C, Vp, V).bytes();
+  p.exp_parts = take(p.exp_parts_bytes);
   // dW's GEMMs: [V8, d] and, for V % 8 != 0, the [8, d] tail (a skinny problem may take a stream-K workspace).
   p.op_ws_bytes = std::max({coda_linear_rowscale_workspace_size(C, Vp), coda_cross_entropy_workspace_size(C, V),
                             coda_linear_residual_rmsnorm_bwd_workspace_size(C, d), coda_gemm_workspace_size(Vp, d, C),
@@ -170,6 +196,11 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       g_all = p.g;
     }
     float* const loss_rows = per_row && loss_out != nullptr ? static_cast<float*>(loss_out->data) : p.loss_rows;
+    bool const exp_form = exponential_form(dt, o);
+    int const sm_count = exp_form ? coda::gemm::device_sm_count(device) : 0;
+    int64_t const ld_h = M > 1 ? Hh.stride(0) : d, ld_x = M > 1 ? X.stride(0) : d, ld_dx = M > 1 ? DX.stride(0) : d;
+    int64_t const ld_dx_in = dx_in != nullptr && M > 1 ? DXI.stride(0) : d;
+    int64_t const ld_w = Vp != V ? d : (V > 1 ? W.stride(0) : d);
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t const r0 = c * C, rows = std::min(C, M - r0);
       coda_tensor const h_c = rows_of(*h, r0, rows), x_c = rows_of(*x, r0, rows);
@@ -182,26 +213,63 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
       coda_tensor dx_in_c{};
       if (dx_in != nullptr) dx_in_c = rows_of(*dx_in, r0, rows);
 
-      step(coda_linear_rowscale(&h_c, &w_use, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream), "F2 (logits)");
-      coda::kernels::CrossEntropyArgs ce;
-      ce.dtype = dt;
-      ce.M = rows, ce.V = V;
-      ce.logits = p.logits, ce.ld_logits = Vp;
-      ce.targets = t_c.data, ce.targets_int64 = targets64;
-      ce.options = o;
-      ce.options.reduction = CODA_REDUCTION_NONE;
-      ce.grad_loss = per_row ? (gl != nullptr ? gl + r0 : nullptr) : g_all;
-      ce.grad_loss_scalar = !per_row;
-      ce.hidden_size = d;
-      ce.loss = loss_rows + r0;
-      ce.dlogits = p.logits, ce.ld_dlogits = Vp;
-      ce.zdz = p.zdz;
-      ce.workspace = p.op_ws;
-      coda::kernels::cross_entropy(ce, st);  // F6: per-row loss, dlogits in place, zdz
-      step(coda_linear_residual_rmsnorm_bwd(&logits, &w_use, &x_c, gamma, &rstd_c, &zdz,
-                                            dx_in != nullptr ? &dx_in_c : nullptr, 1.0f, &dx_c, &a, &dgamma_c,
-                                            p.op_ws, p.op_ws_bytes, stream),
-           "B2 (dgrad + final RMSNorm backward)");
+      if (exp_form) {
+        coda::kernels::CeExpArgs ce;
+        ce.M = rows, ce.V = V, ce.d = d;
+        ce.h = h_c.data, ce.ldh = ld_h;
+        ce.w = w_use.data, ce.ldw = ld_w;
+        ce.rstd = static_cast<float const*>(rstd_c.data);
+        ce.targets = t_c.data, ce.targets_int64 = targets64;
+        ce.ignore_index = o.ignore_index;
+        ce.softcap = o.softcap, ce.z_loss = o.z_loss;
+        ce.grad_loss = per_row ? (gl != nullptr ? gl + r0 : nullptr) : g_all;
+        ce.grad_loss_scalar = !per_row;
+        ce.offset = p.offset;
+        ce.target_logit = p.target_logit;
+        ce.e = p.logits, ce.ld_e = Vp;
+        ce.loss = loss_rows + r0;
+        ce.v = p.v;
+        ce.zdz = p.zdz;
+        ce.flagged = p.flagged, ce.flag_count = p.flag_count;
+        coda::kernels::ce_exp_offset(ce, st);
+        coda::ops::ExpCeArgs ea;
+        ea.rstd = ce.rstd;
+        ea.softcap = o.softcap;
+        ea.offset = p.offset;
+        ea.vocab = V;
+        coda::ops::ExpCeWorkspace const ws = coda::ops::linear_rowscale_exp(
+            rows, Vp, d, h_c.data, ld_h, w_use.data, ld_w, ea, p.logits, Vp, p.exp_parts, p.exp_parts_bytes, st);
+        ce.tiles = ws.tiles, ce.ld = ws.m_pad;
+        ce.part_sumexp = ws.buffer(p.exp_parts, 0);
+        ce.part_dot = ws.buffer(p.exp_parts, 1);
+        coda::kernels::ce_exp_finish(ce, st);
+        coda::kernels::ce_exp_rescue(ce, sm_count, st);
+        coda::ops::linear_residual_rmsnorm_bwd(
+            rows, d, Vp, p.logits, Vp, w_use.data, ld_w, x_c.data, ld_x, gamma->data, ce.rstd, p.zdz,
+            dx_in != nullptr ? dx_in_c.data : nullptr, ld_dx_in, 1.0f, dx_c.data, ld_dx, p.a, d,
+            static_cast<float*>(dgamma_c.data), false, p.op_ws, p.op_ws_bytes, st, p.v);
+      } else {
+        step(coda_linear_rowscale(&h_c, &w_use, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream), "F2 (logits)");
+        coda::kernels::CrossEntropyArgs ce;
+        ce.dtype = dt;
+        ce.M = rows, ce.V = V;
+        ce.logits = p.logits, ce.ld_logits = Vp;
+        ce.targets = t_c.data, ce.targets_int64 = targets64;
+        ce.options = o;
+        ce.options.reduction = CODA_REDUCTION_NONE;
+        ce.grad_loss = per_row ? (gl != nullptr ? gl + r0 : nullptr) : g_all;
+        ce.grad_loss_scalar = !per_row;
+        ce.hidden_size = d;
+        ce.loss = loss_rows + r0;
+        ce.dlogits = p.logits, ce.ld_dlogits = Vp;
+        ce.zdz = p.zdz;
+        ce.workspace = p.op_ws;
+        coda::kernels::cross_entropy(ce, st);  // F6: per-row loss, dlogits in place, zdz
+        step(coda_linear_residual_rmsnorm_bwd(&logits, &w_use, &x_c, gamma, &rstd_c, &zdz,
+                                              dx_in != nullptr ? &dx_in_c : nullptr, 1.0f, &dx_c, &a, &dgamma_c,
+                                              p.op_ws, p.op_ws_bytes, stream),
+             "B2 (dgrad + final RMSNorm backward)");
+      }
       coda_tensor const a_t = transposed(a);
       if (V8 > 0) {
         coda_tensor const dl_t = transposed(view2d(p.logits, dt, rows, V8, Vp, device));

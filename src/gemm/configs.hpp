@@ -63,6 +63,11 @@ struct Pp128x192x64C2x1 : Mainloop<128, 192, 2, 1, true, false> {
 struct Pp128x192x64C2x1D6 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_d6";
 };
+/// Pingpong 128x64 (64 accumulators per consumer thread): room for an epilogue's per-element masks, on a sliver of
+/// a problem (the LM head's last vocabulary columns, ops/linear_rowscale_exp).
+struct Pp128x64x64C2x1 : Mainloop<128, 64, 2, 1, true, false> {
+  static constexpr char const* kName = "pp_128x64x64_c2x1";
+};
 /// Pingpong with wide N tiles (each warpgroup owns 64 x 256): fewer B loads per FLOP at small M tiles.
 struct Pp64x256x64C2x1 : Mainloop<64, 256, 2, 1, true, false> {
   static constexpr char const* kName = "pp_64x256x64_c2x1";

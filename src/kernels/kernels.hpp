@@ -1,5 +1,5 @@
 // Launchers of CODA's non-GEMM kernels (ARCHITECTURE.md layer 6): the RMSNorm final reduce and first-layer norm
-// preparation, cross-entropy (F6) over stored logits, the RoPE backward with its row dot (B1), F5's
+// preparation, cross-entropy (F6) over stored logits and in exponential form, the RoPE backward with its row dot (B1), F5's
 // log-sum-exp finish over the GEMM epilogue's per-tile partials, and the scale-and-cast of an fp32 gradient.
 //
 // Plain host declarations: no CUTLASS, no device code, includable from any .cpp. Arguments are assumed valid
@@ -94,6 +94,46 @@ void ce_mean_grad_scale(void const* targets, bool targets_int64, int64_t M, int6
 /// the non-ignored rows, 0 when there are none). `count` is 8 bytes of device scratch.
 void ce_reduce_rows(float const* loss_rows, int64_t M, void const* targets, bool targets_int64, int64_t ignore_index,
                     bool mean, unsigned long long* count, float* loss, cudaStream_t stream);
+
+// ---- cross-entropy in exponential form, the LM head's backward (ce_exp.cu) -------------------------------------
+
+/// One chunk of rows of the exponential-form LM-head backward (MATH.md F6, "exponential form"; label smoothing 0,
+/// bf16). The offset K, the E matrix and the per-tile sums come from ops::linear_rowscale_exp.
+struct CeExpArgs {
+  int64_t M = 0, V = 0, d = 0;          ///< rows, vocabulary, hidden size (d % 8 == 0)
+  void const* h = nullptr;              ///< [M, d] bf16, row stride ldh (16-byte aligned rows)
+  int64_t ldh = 0;
+  void const* w = nullptr;              ///< [>= V, d] bf16, row stride ldw (16-byte aligned rows)
+  int64_t ldw = 0;
+  float const* rstd = nullptr;          ///< [M]
+  void const* targets = nullptr;        ///< [M] int32 or int64
+  bool targets_int64 = false;
+  int64_t ignore_index = -100;
+  float softcap = 0.0f, z_loss = 0.0f;  ///< validated options (label smoothing must be 0)
+  float const* grad_loss = nullptr;     ///< NULL (upstream 1), one scalar for every row, or [M]
+  bool grad_loss_scalar = false;
+  int64_t tiles = 0, ld = 0;            ///< partials [tiles, ld]: element (t, m) at m + ld t
+  float const* part_sumexp = nullptr;   ///< sum_j exp(c_j - K) over the tile
+  float const* part_dot = nullptr;      ///< sum_j l_j s_j exp(c_j - K) over the tile
+  float* offset = nullptr;              ///< [M] K
+  float* target_logit = nullptr;        ///< [M] l_t (raw, fp32), written by ce_exp_offset
+  void* e = nullptr;                    ///< [M, >= V] bf16 E, row stride ld_e
+  int64_t ld_e = 0;
+  float* loss = nullptr;                ///< [M] per-row loss (0 ignored, NaN for a target outside [0, V))
+  float* v = nullptr;                   ///< [M] row scale of dl = v (.) E
+  float* zdz = nullptr;                 ///< [M] zdz / v (F6's zdz divided by the row scale)
+  int* flagged = nullptr;               ///< [M] scratch: the rows left to ce_exp_rescue
+  unsigned* flag_count = nullptr;       ///< [1] scratch
+};
+/// l_t = rstd[m] <h_m, w_t> and K[m] = cap(l_t) in fp32 (K = +inf ignored, NaN out-of-range target); resets
+/// *flag_count.
+void ce_exp_offset(CeExpArgs const& args, cudaStream_t stream);
+/// Per row from the partials: loss, v, zdz, E[m, t]; rows with lse - K > 40 (or a z-loss factor below 2^-10) are
+/// listed for ce_exp_rescue instead.
+void ce_exp_finish(CeExpArgs const& args, cudaStream_t stream);
+/// The listed rows recomputed with their row max as offset (E row, loss, v, zdz); up to sm_count blocks, each
+/// exiting at once when the list is empty.
+void ce_exp_rescue(CeExpArgs const& args, int sm_count, cudaStream_t stream);
 
 // ---- RoPE backward (rope_bwd.cu) --------------------------------------------------------------------------------
 

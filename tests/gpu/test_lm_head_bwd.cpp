@@ -3,10 +3,24 @@
 // rule, the unfused same-dtype pipeline giving the bound: dx, dW (fp32), dgamma and the loss, for every reduction, label
 // smoothing + z-loss + softcap, ignored rows (all of them too), chunk sizes that do and do not divide M, dx_in in
 // place, bf16 and fp16. Outputs poisoned first; two runs bit-identical. Every test skips without an sm_90 GPU.
+// The op has two internal paths with the same semantics, and each test says which of them its cases reach:
+// - bf16 with label_smoothing 0 (Case::extras kNoExtras, kZCap, kCap, kZ, kZ1): the exponential path. The GEMM
+//   epilogue stores E = s_j exp(c_j - K_m) with the per-row offset K_m = the (capped) target logit, a finishing kernel
+//   gives lse, the loss, the row scale and zdz, and rows with lse - K > 40 (a loss above ~40), or a z-loss factor
+//   1 + 2 z lse below 2^-10, are recomputed by the rescue kernel. Options' bf16 rows without extras, Llama32k,
+//   ConfidentRows' bf16 rows without extras, OptionsNoSmoothing (softcap and z-loss together and alone, V % 8 != 0,
+//   all rows ignored, M = 1), HugeLossRows (rows rescued next to rows not rescued; huge logits) and
+//   NegativeZLossFactor run here.
+// - fp16, or label smoothing (kLsZCap): the logits path (stored logits, then the cross-entropy kernel): Options'
+//   kLsZCap and fp16 rows, ConfidentRows' kLsZCap and fp16 rows, the first case of LinearCrossEntropyBwdSanitize.Small
+//   (its other two take the exponential path, one of them with rescued rows).
 #include <coda/coda.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -21,18 +35,42 @@ using namespace coda::ref;
 using coda::test::Accepted;
 using coda::test::DeviceBuffer;
 
+/// The options a case turns on besides the reduction: label smoothing 0.1, z-loss 1e-4, softcap 30, as named; kZ1:
+/// z-loss 1 alone (its factor 1 + 2 z lse is negative for lse < -1/2).
+enum Extras { kNoExtras, kLsZCap, kZCap, kCap, kZ, kZ1 };
+
 struct Case {
   int64_t M, V, d, chunk;
   coda_reduction reduction;
   double ignore_fraction;
-  bool with_grad, with_dx_in, extras;  // extras: label smoothing 0.1, z-loss 1e-4, softcap 30
+  bool with_grad, with_dx_in;
+  Extras extras;
   coda_dtype dt;
   std::string name() const {
     char const* red[] = {"none", "mean", "sum"};
+    char const* ext[] = {"", " ls+z+cap", " z+cap", " cap", " z", " z=1"};
     return "M=" + std::to_string(M) + " V=" + std::to_string(V) + " d=" + std::to_string(d) + " chunk=" +
            std::to_string(chunk) + " " + red[reduction] + " ignore=" + std::to_string(ignore_fraction) +
-           (with_grad ? " grad" : "") + (with_dx_in ? " dx_in in place" : "") + (extras ? " ls+z+cap" : "") + " " +
+           (with_grad ? " grad" : "") + (with_dx_in ? " dx_in in place" : "") + ext[extras] + " " +
            coda::test::dtype_name(dt);
+  }
+};
+
+/// Logits for the exponential path's rescue (rows with lse - K > 40, K the capped target logit): w ~ N(0, (0.05
+/// w_scale)^2), so the logits are ~N(0, (0.83 w_scale)^2) at d = 256 (rstd h has squared norm ~1.08 d), and row m
+/// gets a raw target logit of about target_logit[m % 4] (push_target_logits; 0: row left alone). check then counts
+/// the non-ignored rows by lse - K in the float64 reference, prints the counts, and stops unless at least min_over40
+/// of them are above 40, min_over90 above 90 and min_under40 at or below 40.
+struct Spread {
+  double w_scale = 1.0;
+  std::array<double, 4> target_logit{};
+  int64_t min_over40 = 0, min_over90 = 0, min_under40 = 0;
+  bool active() const { return w_scale != 1.0 || target_logit != std::array<double, 4>{}; }
+  std::string name() const {
+    if (!active()) return "";
+    std::string s = " w x" + std::to_string(static_cast<int>(w_scale)) + " target logits";
+    for (double t : target_logit) s.append(" ").append(std::to_string(static_cast<int>(t)));
+    return s;
   }
 };
 
@@ -41,9 +79,29 @@ struct Result {
   Vector dgamma, loss;
 };
 
+/// Targets pushed far below (or above) their rows: for each row m with logits[m % 4] != 0 whose target t is a real
+/// column that no earlier row took, sets w[t] (dtype-rounded) so that the raw logit rstd_m h_m . w[t] is
+/// ~logits[m % 4], as make_confident_rows does. Other rows see column t as ~logits[m % 4] / sqrt(1.08 d) in size.
+void push_target_logits(Matrix& w, Matrix const& h, Vector const& rstd, Targets const& targets,
+                        std::array<double, 4> const& logits, coda_dtype dt) {
+  std::vector<bool> taken(static_cast<size_t>(w.rows), false);
+  for (int64_t m = 0; m < h.rows; ++m) {
+    double const logit = logits[static_cast<size_t>(m % 4)];
+    int64_t const t = targets[static_cast<size_t>(m)];
+    if (logit == 0 || t < 0 || t >= w.rows || taken[static_cast<size_t>(t)]) continue;
+    double const r = rstd[static_cast<size_t>(m)];
+    double norm2 = 0;
+    for (int64_t j = 0; j < h.cols; ++j) norm2 += (r * h(m, j)) * (r * h(m, j));
+    if (norm2 == 0) continue;
+    for (int64_t j = 0; j < h.cols; ++j) w(t, j) = round_to(logit * r * h(m, j) / norm2, dt);
+    taken[static_cast<size_t>(t)] = true;
+  }
+}
+
 /// confident_logit > 0: every 4th row gets a dominant target logit of about that size (make_confident_rows).
-void check(Case const& c, uint64_t seed, double confident_logit = 0.0) {
-  SCOPED_TRACE(c.name() + (confident_logit > 0 ? " confident rows" : ""));
+/// spread: wider logits and targets pushed below their rows (Spread).
+void check(Case const& c, uint64_t seed, double confident_logit = 0.0, Spread const& spread = {}) {
+  SCOPED_TRACE(c.name() + (confident_logit > 0 ? " confident rows" : "") + spread.name());
   Rng rng(seed);
   coda_dtype const dt = c.dt;
   Matrix const x = round_to(random_residual(c.M, c.d, rng), dt);
@@ -54,15 +112,40 @@ void check(Case const& c, uint64_t seed, double confident_logit = 0.0) {
     for (int64_t j = 0; j < c.d; ++j) h(m, j) = x(m, j) * gamma[static_cast<size_t>(j)];
   }
   h = round_to(h, dt);
-  Matrix w = round_to(random_weight(c.V, c.d, rng, 0.05), dt);
+  Matrix w = round_to(random_weight(c.V, c.d, rng, 0.05 * spread.w_scale), dt);
   Targets const targets = random_targets(c.M, c.V, rng, c.ignore_fraction, -100);
   if (confident_logit > 0) {
     std::vector<int64_t> const rows = coda::test::make_confident_rows(w, h, rstd, targets, 0, 4, confident_logit, dt);
     ASSERT_GE(static_cast<int64_t>(rows.size()), c.M / 8) << "too few confident rows to test";
   }
+  push_target_logits(w, h, rstd, targets, spread.target_logit, dt);
   coda_ce_options o = coda_ce_options_default();
   o.reduction = c.reduction;
-  if (c.extras) o.label_smoothing = 0.1f, o.z_loss = 1e-4f, o.softcap = 30.0f;
+  if (c.extras == kLsZCap) o.label_smoothing = 0.1f;
+  if (c.extras == kLsZCap || c.extras == kZCap || c.extras == kZ) o.z_loss = 1e-4f;
+  if (c.extras == kZ1) o.z_loss = 1.0f;
+  if (c.extras == kLsZCap || c.extras == kZCap || c.extras == kCap) o.softcap = 30.0f;
+  if (spread.active()) {  // the rows the rescue takes (lse - K > 40), counted in the float64 reference
+    Lse const l = linear_rowscale_lse(h, w, rstd, targets, o.softcap, o.ignore_index);
+    int64_t over40 = 0, over90 = 0, under40 = 0;
+    double top = 0, top_gap = 0;
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t j = 0; j < c.V; ++j) top = std::max(top, l.logits(m, j));
+      if (targets[static_cast<size_t>(m)] == o.ignore_index) continue;
+      double const gap = l.lse[static_cast<size_t>(m)] - l.target_logit[static_cast<size_t>(m)];
+      over40 += gap > 40 ? 1 : 0;
+      over90 += gap > 90 ? 1 : 0;
+      under40 += gap > 40 ? 0 : 1;
+      top_gap = std::max(top_gap, gap);
+    }
+    std::printf("[ INFO     ] LM head bwd %s: rows with lse - K > 40: %lld, > 90: %lld, <= 40: %lld; largest "
+                "lse - K %.1f, largest raw logit %.1f\n",
+                (c.name() + spread.name()).c_str(), static_cast<long long>(over40), static_cast<long long>(over90),
+                static_cast<long long>(under40), top_gap, top);
+    ASSERT_GE(over40, spread.min_over40) << "too few rows with lse - K > 40 (rescued) to test";
+    ASSERT_GE(over90, spread.min_over90) << "too few rows with lse - K > 90 to test";
+    ASSERT_GE(under40, spread.min_under40) << "too few rows with lse - K <= 40 (not rescued) to test";
+  }
   Vector grad;
   if (c.with_grad) {
     grad = c.reduction == CODA_REDUCTION_NONE ? Vector(static_cast<size_t>(c.M)) : Vector(1);
@@ -164,24 +247,53 @@ void check(Case const& c, uint64_t seed, double confident_logit = 0.0) {
   EXPECT_TRUE(Accepted("LM head bwd " + c.name() + " loss", acceptance(lm, unf.loss, ref.loss), print));
 }
 
+// Options' bf16 rows without extras take the exponential path, its kLsZCap and fp16 rows the logits path.
 TEST(LinearCrossEntropyBwd, Options) {
   CODA_REQUIRE_SM90();
   std::vector<Case> const cases = {
-      {300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.1, false, false, false, CODA_BF16},  // 3 chunks, last partial
-      {300, 1000, 256, 100, CODA_REDUCTION_MEAN, 0.0, true, true, true, CODA_BF16},     // chunks divide M
-      {257, 1000, 136, 64, CODA_REDUCTION_SUM, 0.2, true, false, false, CODA_BF16},
-      {257, 1000, 136, 0, CODA_REDUCTION_NONE, 0.2, true, true, true, CODA_BF16},       // default chunk: 1 chunk
-      {64, 1000, 136, 16, CODA_REDUCTION_MEAN, 1.0, false, true, false, CODA_BF16},     // all rows ignored
-      {1, 1000, 136, 0, CODA_REDUCTION_MEAN, 0.0, false, false, false, CODA_BF16},
-      {300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.1, true, true, true, CODA_FP16},
+      {300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.1, false, false, kNoExtras, CODA_BF16},  // 3 chunks, last partial
+      {300, 1000, 256, 100, CODA_REDUCTION_MEAN, 0.0, true, true, kLsZCap, CODA_BF16},      // chunks divide M
+      {257, 1000, 136, 64, CODA_REDUCTION_SUM, 0.2, true, false, kNoExtras, CODA_BF16},
+      {257, 1000, 136, 0, CODA_REDUCTION_NONE, 0.2, true, true, kLsZCap, CODA_BF16},        // default chunk: 1 chunk
+      {64, 1000, 136, 16, CODA_REDUCTION_MEAN, 1.0, false, true, kNoExtras, CODA_BF16},     // all rows ignored
+      {1, 1000, 136, 0, CODA_REDUCTION_MEAN, 0.0, false, false, kNoExtras, CODA_BF16},
+      {300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.1, true, true, kLsZCap, CODA_FP16},
+      // The logits path with V % 8 != 0 (the padded copy of w, dW's 8-row tail): label smoothing, then fp16.
+      {257, 1003, 136, 64, CODA_REDUCTION_MEAN, 0.1, true, true, kLsZCap, CODA_BF16},
+      {300, 1003, 256, 128, CODA_REDUCTION_NONE, 0.1, true, false, kNoExtras, CODA_FP16},
   };
   uint64_t seed = 700;
   for (Case const& c : cases) check(c, seed++);
 }
 
+// bf16 with label_smoothing 0, so all on the exponential path: softcap + z-loss, softcap alone, z-loss alone, for
+// every reduction, with and without ignored rows (all of them too), M = 1, chunks that do and do not divide M, dx_in
+// on and off, V % 128 != 0 throughout and V % 8 != 0 (1003, 13: the chunks run on the padded copy of w, whose zero
+// rows give logits of exactly 0 in the Vp - V pad columns, and those must not enter lse; at V = 13 the 3 pad columns
+// sit next to 13 real ones with lse ~2.3-3.1, so counting them would move each loss by ~0.2).
+TEST(LinearCrossEntropyBwd, OptionsNoSmoothing) {
+  CODA_REQUIRE_SM90();
+  std::vector<Case> const cases = {
+      {300, 1003, 256, 128, CODA_REDUCTION_MEAN, 0.1, true, true, kZCap, CODA_BF16},     // 3 chunks, last partial
+      {300, 1003, 256, 100, CODA_REDUCTION_SUM, 0.0, false, false, kZCap, CODA_BF16},    // chunks divide M
+      {257, 1003, 136, 64, CODA_REDUCTION_NONE, 0.2, true, false, kZCap, CODA_BF16},     // last chunk: one row
+      {257, 1000, 136, 0, CODA_REDUCTION_NONE, 0.0, true, true, kZCap, CODA_BF16},       // default chunk: 1 chunk
+      {300, 1000, 256, 100, CODA_REDUCTION_MEAN, 0.0, true, false, kCap, CODA_BF16},
+      {257, 1003, 136, 64, CODA_REDUCTION_SUM, 0.2, false, true, kCap, CODA_BF16},
+      {300, 1003, 256, 128, CODA_REDUCTION_SUM, 0.1, true, true, kZ, CODA_BF16},
+      {100, 13, 136, 32, CODA_REDUCTION_MEAN, 0.1, true, true, kZCap, CODA_BF16},        // V < 16: Vp = 16
+      {64, 1003, 136, 16, CODA_REDUCTION_SUM, 1.0, true, false, kZCap, CODA_BF16},       // all rows ignored
+      {64, 1000, 136, 0, CODA_REDUCTION_NONE, 1.0, true, true, kCap, CODA_BF16},         // all rows ignored
+      {1, 1003, 136, 0, CODA_REDUCTION_NONE, 0.0, true, true, kZCap, CODA_BF16},
+      {1, 1000, 256, 0, CODA_REDUCTION_SUM, 0.0, false, false, kZ, CODA_BF16},
+  };
+  uint64_t seed = 750;
+  for (Case const& c : cases) check(c, seed++);
+}
+
 TEST(LinearCrossEntropyBwd, Llama32k) {
   CODA_REQUIRE_SM90();
-  check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, false, CODA_BF16}, 720);
+  check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 720);
 }
 
 // Rows whose target logit is ~25 (p_t ~ 1): the gradient there is -(1 - p_t) ~ -1e-5, so the row's statistics
@@ -191,15 +303,70 @@ TEST(LinearCrossEntropyBwd, Llama32k) {
 // against 5.76e-5 (bench/results/lm_head_one_read_h200/run2_negative_control.log).
 TEST(LinearCrossEntropyBwd, ConfidentRows) {
   CODA_REQUIRE_SM90();
-  check({300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.05, false, false, false, CODA_BF16}, 740, 25.0);
-  check({300, 1000, 256, 100, CODA_REDUCTION_NONE, 0.0, true, true, true, CODA_BF16}, 741, 25.0);  // softcap 30
-  check({300, 1000, 256, 128, CODA_REDUCTION_SUM, 0.05, true, false, false, CODA_FP16}, 742, 12.0);
-  check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, false, CODA_BF16}, 743, 25.0);
+  check({300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 740, 25.0);
+  check({300, 1000, 256, 100, CODA_REDUCTION_NONE, 0.0, true, true, kLsZCap, CODA_BF16}, 741, 25.0);  // softcap 30
+  check({300, 1000, 256, 128, CODA_REDUCTION_SUM, 0.05, true, false, kNoExtras, CODA_FP16}, 742, 12.0);
+  check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 743, 25.0);
+}
+
+// The exponential path's rescue: rows whose loss lse - K exceeds 40 (K the capped target logit) are recomputed, and
+// above ~88.7 exp(c - K) overflows even fp32, so E is inf there. All bf16, label_smoothing 0. check counts the rows
+// in the float64 reference, prints the counts and stops below the minima given; the counts quoted here are those
+// of these seeds (libstdc++'s normal_distribution), the minima ~2/3 of them.
+//  1. Logits of the usual scale (~N(0, 0.83^2)), targets pushed down: raw target logit ~-95 on rows 0 mod 4, ~-50 on
+//     rows 1 mod 4, ~-20 on rows 2 mod 4. The pushed w rows add ~N(0, (95/16.6)^2)-sized logits to the other rows'
+//     columns, so lse is 10.8-27.7 and the -20 rows straddle 40. Of 287 non-ignored rows: 140 above 40, 64 above 90
+//     (102-120), 147 at or below 40 (16 within 3 of it; the rows whose target column an earlier row took keep a
+//     small loss). The bulk of each row stays small, so the unfused bound stays tight (dx 4.7e-3, dW 5.7e-4).
+//  2. Wide logits: w x30, so raw logits ~N(0, 25^2), lse ~60-118; every 4th row confident at 150 (p_t ~ 1: K
+//     at the row's top, the other columns' E underflow), z-loss (lse up to 150: z lse^2 ~2). Of 262 non-ignored
+//     rows: 191 above 40, 67 above 90 (up to 133), 71 at or below 40 (64 confident). The unfused pipeline rounds
+//     logits ~100 to bf16 (spacing 0.5), so its bound is loose (dx 0.43 against |dx| <= 3.8): a blow-up or NaN
+//     check more than a precision one.
+//  3. Wide logits under softcap 30: the capped logits lie in (-30, 30), so lse - K <= 2 * 30 + ln V < 67 and no row
+//     reaches 90; which rows pass 40 depends on the data (lse 31.6-32.9 here, as many columns sit near the cap):
+//     of 289 rows 112 above 40 (up to 61.8), 177 at or below (28 within 3 of 40).
+//  4. Wide logits, all rows ignored: lse 63-102 and no target logit to offset by (an offset of 0 would give E = inf;
+//     +inf gives E = 0); the outputs must be exactly dx_in, 0, 0, 0 (bound 1e-6).
+//  5. M = 1: the one row at 102.2 (the chunk is that row alone).
+//  6. Nearly every row rescued, in one chunk: targets at ~-95 and ~-60 on alternate rows, d = 136. Of 237 non-ignored
+//     rows 219 above 40 (more than the rescue's blocks, one per SM: 132 on an H200), 114 above 90, 18 at or below 40
+//     (targets taken by an earlier row).
+//  7. V = 32000 (125+ N-tiles per row; the rescue's three passes over w): targets at ~-95 on rows 0 mod 4 and ~-50 on
+//     rows 2 mod 4. Of 60 non-ignored rows 29 above 40 (lse 10.7-20.4), 15 above 90, 31 at or below 40.
+TEST(LinearCrossEntropyBwd, HugeLossRows) {
+  CODA_REQUIRE_SM90();
+  check({300, 1003, 256, 128, CODA_REDUCTION_MEAN, 0.05, true, true, kNoExtras, CODA_BF16}, 770, 0.0,
+        {1.0, {-95.0, -50.0, -20.0, 0.0}, 100, 40, 100});
+  check({300, 1000, 256, 100, CODA_REDUCTION_NONE, 0.1, true, false, kZ, CODA_BF16}, 771, 150.0,
+        {30.0, {}, 130, 45, 50});
+  check({300, 1003, 256, 128, CODA_REDUCTION_SUM, 0.05, true, true, kCap, CODA_BF16}, 772, 0.0,
+        {30.0, {}, 75, 0, 120});
+  check({64, 1000, 256, 16, CODA_REDUCTION_MEAN, 1.0, true, true, kNoExtras, CODA_BF16}, 773, 0.0, {30.0, {}, 0, 0, 0});
+  check({1, 1003, 256, 0, CODA_REDUCTION_MEAN, 0.0, true, true, kNoExtras, CODA_BF16}, 774, 0.0,
+        {1.0, {-95.0, 0.0, 0.0, 0.0}, 1, 1, 0});
+  check({257, 1003, 136, 0, CODA_REDUCTION_SUM, 0.1, false, true, kNoExtras, CODA_BF16}, 775, 0.0,
+        {1.0, {-95.0, -60.0, -95.0, -60.0}, 150, 75, 0});
+  check({64, 32000, 256, 0, CODA_REDUCTION_MEAN, 0.05, true, true, kZ, CODA_BF16}, 777, 0.0,
+        {1.0, {-95.0, 0.0, -50.0, 0.0}, 20, 10, 20});
+}
+
+// The rescue's other trigger: with z-loss the gradient is g s_j (a p_j - [j = t]), a = 1 + 2 z lse, and the
+// exponential path divides by a, so rows with a below 2^-10 are recomputed too. V = 1 makes lse the one logit,
+// ~N(0, 0.83^2), and z-loss 1 puts a below 2^-10 for lse < -0.4995: 78 of the 283 non-ignored rows of this seed
+// (7 with |a| < 0.05, next to the switch).
+TEST(LinearCrossEntropyBwd, NegativeZLossFactor) {
+  CODA_REQUIRE_SM90();
+  check({300, 1, 256, 128, CODA_REDUCTION_MEAN, 0.05, true, true, kZ1, CODA_BF16}, 776);
 }
 
 TEST(LinearCrossEntropyBwdSanitize, Small) {
   CODA_REQUIRE_SM90();
-  check({100, 264, 136, 32, CODA_REDUCTION_MEAN, 0.1, true, true, true, CODA_BF16}, 730);
+  check({100, 264, 136, 32, CODA_REDUCTION_MEAN, 0.1, true, true, kLsZCap, CODA_BF16}, 730);  // logits path
+  check({100, 261, 136, 32, CODA_REDUCTION_MEAN, 0.1, true, true, kZCap, CODA_BF16}, 731);    // exponential path
+  // Exponential path with rescued rows (targets pushed to -95 and -50 on rows 0 and 1 mod 4) beside others.
+  check({64, 264, 136, 32, CODA_REDUCTION_SUM, 0.1, true, false, kNoExtras, CODA_BF16}, 732, 0.0,
+        {1.0, {-95.0, -50.0, 0.0, 0.0}, 8, 4, 8});
 }
 
 }  // namespace

@@ -7,7 +7,13 @@
 //   D  = dx = fma(rstd * alpha, acc * gamma - c" * zdz, dx_in)          (B2Dx below; dx_in is C)
 //
 // coda.h B2 with D = alpha acc: dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma, dgamma = sum_m D c, c = x
-// rstd. alpha multiplies the finished column sums (column_sum's scale), not every partial. The previous program
+// rstd.
+//
+// With a row scale v (kRowScale, the LM head's exponential form, where dz = v (.) E and E is the stored GEMM operand):
+// D = alpha v acc, and zdz arrives divided by v (kernels::ce_exp_finish), so
+//   a = R(v c gamma) (the wgrad's operand: dW = E^T (v (.) c gamma)),  dgamma partials of acc * v c,
+//   dx = fma(rstd * v * alpha, acc * gamma - c * zdz, dx_in);
+// v enters as one more ColBroadcast child of the two taps and of the root. alpha multiplies the finished column sums (column_sum's scale), not every partial. The previous program
 // (a 17-node Sm90TopologicalVisitor with a stock Sm90RowReduction for dgamma) compiled to a 1136-byte stack frame;
 // the RowReduction was the cause (0 bytes without it, 1216 with it in this tree), hence Sm90ColumnPartials.
 #pragma once
@@ -49,6 +55,26 @@ struct AccTimes {
   }
 };
 
+/// v * c * gamma and acc * v * c: the taps' functors with the row scale as their last input.
+template <class Frag>
+struct TimesGammaV {
+  CUTLASS_DEVICE Frag operator()(Frag const&, Frag const& c, Frag const& gamma, Frag const& v) const {
+    Frag out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Frag::kElements; ++i) out[i] = (v[i] * c[i]) * gamma[i];
+    return out;
+  }
+};
+template <class Frag>
+struct AccTimesV {
+  CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& c, Frag const& v) const {
+    Frag out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Frag::kElements; ++i) out[i] = acc[i] * (v[i] * c[i]);
+    return out;
+  }
+};
+
 struct DxArguments {
   float alpha = 1.0f;
 };
@@ -74,9 +100,30 @@ struct B2Dx<cutlass::Array<float, N>> {
   }
 };
 
+/// B2Dx with the row scale v as its last input: fma(rstd * v * alpha, acc * gamma - c * zdz, dx_in).
+template <class T>
+struct B2DxV {
+  using Arguments = DxArguments;
+};
+template <int N>
+struct B2DxV<cutlass::Array<float, N>> {
+  using Arguments = DxArguments;
+  using Frag = cutlass::Array<float, N>;
+  CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& c, Frag const& gamma, Frag const& rstd,
+                                 Frag const& zdz, Frag const& dx_in, Frag const& v, Arguments const& args) const {
+    Frag out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {
+      out[i] = __fmaf_rn(rstd[i] * v[i] * args.alpha, __fmaf_rn(acc[i], gamma[i], -c[i] * zdz[i]), dx_in[i]);
+    }
+    return out;
+  }
+};
+
 }  // namespace b2
 
-struct ResidualRmsnormBwdEpilogue {
+template <bool kRowScale>
+struct ResidualRmsnormBwdEpilogueT {
   using Args = ResidualRmsnormBwdArgs;
 
   template <class Traits>
@@ -140,35 +187,55 @@ struct ResidualRmsnormBwdEpilogue {
 
     template <class Node, class... Children>
     using EVT = cutlass::epilogue::fusion::Sm90EVT<Node, Children...>;
+    using V = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
     using C = EVT<Op<cutlass::multiplies>, X, Rstd>;
-    using CA = EVT<epilogue::Sm90Tap<AStore, b2::TimesGamma>, C, Gamma>;
-    using CG = EVT<epilogue::Sm90Tap<DgammaPartials, b2::AccTimes>, CA>;
-    using Fusion = EVT<Op<b2::B2Dx>, Acc, CG, Gamma, Rstd, Zdz, DxIn>;
+    using CA = std::conditional_t<kRowScale, EVT<epilogue::Sm90Tap<AStore, b2::TimesGammaV>, C, Gamma, V>,
+                                  EVT<epilogue::Sm90Tap<AStore, b2::TimesGamma>, C, Gamma>>;
+    using CG = std::conditional_t<kRowScale, EVT<epilogue::Sm90Tap<DgammaPartials, b2::AccTimesV>, CA, V>,
+                                  EVT<epilogue::Sm90Tap<DgammaPartials, b2::AccTimes>, CA>>;
+    using Fusion = std::conditional_t<kRowScale, EVT<Op<b2::B2DxV>, Acc, CG, Gamma, Rstd, Zdz, DxIn, V>,
+                                      EVT<Op<b2::B2Dx>, Acc, CG, Gamma, Rstd, Zdz, DxIn>>;
 
-    /// Arguments: the root's children {acc, c", gamma, rstd, zdz, dx_in, node}; c" = {c', tap}; c' = {c, gamma, tap};
-    /// c = {x, rstd, node}.
+    /// Arguments: the root's children {acc, c", gamma, rstd, zdz, dx_in, [v,] node}; c" = {c', [v,] tap};
+    /// c' = {c, gamma, [v,] tap}; c = {x, rstd, node}.
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
       auto& cg = cute::get<1>(out);
       auto& ca = cg.op_0;
       auto& c = ca.op_0;
+      if constexpr (kRowScale) {
+        set_v(ca.op_2, args, op);
+        set_v(cg.op_1, args, op);
+        set_v(cute::get<6>(out), args, op);
+      }
+      auto& a_store = [&]() -> auto& {
+        if constexpr (kRowScale) return ca.op_3; else return ca.op_2;
+      }();
+      auto& dgamma = [&]() -> auto& {
+        if constexpr (kRowScale) return cg.op_2; else return cg.op_1;
+      }();
       c.op_0.ptr_aux = static_cast<ElementD const*>(args.x);
       c.op_0.dAux = MatStride{gemm::detail::effective_ld(args.ldx, op.M, op.N, 8), cute::_1{}, 0};
       set_rstd(c.op_1, args, op);
       set_gamma(ca.op_1, args, op);
-      ca.op_2.ptr_aux = static_cast<ElementD*>(args.a);
-      ca.op_2.dAux = MatStride{gemm::detail::effective_ld(args.lda, op.M, op.N, 8), cute::_1{}, 0};
-      cg.op_1.ptr = args.dgamma_partials;
-      cg.op_1.ld = (op.N + cute::size<1>(TileShape{}) - 1) / cute::size<1>(TileShape{}) * cute::size<1>(TileShape{});
+      a_store.ptr_aux = static_cast<ElementD*>(args.a);
+      a_store.dAux = MatStride{gemm::detail::effective_ld(args.lda, op.M, op.N, 8), cute::_1{}, 0};
+      dgamma.ptr = args.dgamma_partials;
+      dgamma.ld = (op.N + cute::size<1>(TileShape{}) - 1) / cute::size<1>(TileShape{}) * cute::size<1>(TileShape{});
       set_gamma(cute::get<2>(out), args, op);
       set_rstd(cute::get<3>(out), args, op);
       auto& zdz = cute::get<4>(out);
       zdz.ptr_col = args.zdz;
       zdz.dCol = {cute::_1{}, cute::_0{}, op.M};
-      cute::get<6>(out).alpha = args.alpha;
+      cute::get<kRowScale ? 7 : 6>(out).alpha = args.alpha;
     }
 
    private:
+    template <class VArguments>
+    static void set_v(VArguments& v, Args const& args, gemm::Operands const& op) {
+      v.ptr_col = args.row_scale;
+      v.dCol = {cute::_1{}, cute::_0{}, op.M};
+    }
     template <class RstdArguments>
     static void set_rstd(RstdArguments& r, Args const& args, gemm::Operands const& op) {
       r.ptr_col = args.rstd;
@@ -182,8 +249,15 @@ struct ResidualRmsnormBwdEpilogue {
   };
 };
 
+using ResidualRmsnormBwdEpilogue = ResidualRmsnormBwdEpilogueT<false>;
+using ResidualRmsnormBwdRowScaledEpilogue = ResidualRmsnormBwdEpilogueT<true>;
+
 template <class Config, class Element = cutlass::bfloat16_t>
 using ResidualRmsnormBwdKernel = gemm::FusedLinear<Config, ResidualRmsnormBwdEpilogue, Element, Element,
                                                    cutlass::layout::RowMajor, cutlass::layout::RowMajor>;
+template <class Config>
+using ResidualRmsnormBwdRowScaledKernel =
+    gemm::FusedLinear<Config, ResidualRmsnormBwdRowScaledEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
+                      cutlass::layout::RowMajor, cutlass::layout::RowMajor>;
 
 }  // namespace coda::ops

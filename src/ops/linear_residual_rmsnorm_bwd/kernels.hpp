@@ -24,6 +24,7 @@ struct ResidualRmsnormBwdArgs {
   void* a = nullptr;               ///< [M,N] bf16 out: recomputed normalized input c * gamma, row stride lda
   int64_t lda = 0;
   float* dgamma_partials = nullptr;  ///< [ceil(M/CTA_M), round_up(N,CTA_N)] fp32 column partials of acc * c
+  float const* row_scale = nullptr;  ///< [M] fp32 v, read by the row-scaled kernels only (epilogue.hpp)
 };
 
 namespace residual_rmsnorm_bwd_kernels {
@@ -31,17 +32,21 @@ gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
 /// Cooperative 128x256 (cluster 2x1) with a leaner epilogue (3 C/x stages): long K.
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_coop_128x256x64_c2x1();
 gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
+/// With the row scale v (bf16 only): the LM head's exponential form.
+gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_rowscaled_pp_128x128x64_c2x1();
+gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_rowscaled_coop_128x256x64_c2x1();
 }  // namespace residual_rmsnorm_bwd_kernels
 
 /// B2 on bf16|fp16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N], x [M,N], gamma [N], rstd and
 /// zdz [M] fp32, dx_in nullptr or [M,N] (may be dx), dx and a [M,N], dgamma [N] fp32. `workspace` holds the
 /// column partials (at least coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes, 16-byte aligned).
 /// Enqueues (a zero fill of dx when dx_in is nullptr,) the fused dgrad GEMM and the dgamma finishing kernel on
-/// `stream`. Throws coda::detail::Error.
+/// `stream`. row_scale: nullptr, or [M] fp32 v (bf16 only): D = alpha v (.) (dz W), zdz given divided by v, a =
+/// R(v c gamma) (epilogue.hpp); CODA_OP_CONFIG does not apply to it. Throws coda::detail::Error.
 void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* dz, int64_t ldz, void const* w,
                                  int64_t ldw, void const* x, int64_t ldx, void const* gamma, float const* rstd,
                                  float const* zdz, void const* dx_in, int64_t ld_dx_in, float alpha, void* dx,
                                  int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, bool fp16, void* workspace,
-                                 size_t workspace_bytes, cudaStream_t stream);
+                                 size_t workspace_bytes, cudaStream_t stream, float const* row_scale = nullptr);
 
 }  // namespace coda::ops

@@ -14,7 +14,7 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
                                  int64_t ldw, void const* x, int64_t ldx, void const* gamma, float const* rstd,
                                  float const* zdz, void const* dx_in, int64_t ld_dx_in, float alpha, void* dx,
                                  int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, bool fp16, void* workspace,
-                                 size_t workspace_bytes, cudaStream_t stream) {
+                                 size_t workspace_bytes, cudaStream_t stream, float const* row_scale) {
   namespace kn = residual_rmsnorm_bwd_kernels;
   auto choice = choose_kernel("coda_linear_residual_rmsnorm_bwd", fp16, kn::dgrad_bf16_coop_128x256x64_c2x1(),
                               kn::dgrad_bf16_pp_128x128x64_c2x1(), kn::dgrad_fp16_pp_128x128x64_c2x1());
@@ -29,6 +29,12 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
   // K (q/k/v) stays pingpong, whose epilogue hides behind the other warpgroup's MMA (not measured on its own here).
   if (!choice.pinned) {
     if (!fp16 && Nd >= 8192) choice.ops = &kn::dgrad_bf16_coop_128x256x64_c2x1();
+    choice.knobs = raster_n(8);
+  }
+  if (row_scale != nullptr) {  // the same shape rule and knobs, on the row-scaled twins
+    if (fp16) coda::detail::fail(CODA_ERROR_INTERNAL, "linear_residual_rmsnorm_bwd: row_scale is bf16 only");
+    choice.ops = Nd >= 8192 ? &kn::dgrad_bf16_rowscaled_coop_128x256x64_c2x1()
+                            : &kn::dgrad_bf16_rowscaled_pp_128x128x64_c2x1();
     choice.knobs = raster_n(8);
   }
   gemm::KernelOps<ResidualRmsnormBwdArgs> const& k = *choice.ops;
@@ -71,6 +77,7 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
   args.a = a;
   args.lda = ld_a;
   args.dgamma_partials = static_cast<float*>(workspace);
+  args.row_scale = row_scale;
   // No CUTLASS workspace: the epilogues reduce into the caller's buffers; run() rejects a kernel that would
   // need one (CODA_ERROR_WORKSPACE), so no separate workspace_size() query (a second argument build per call).
   k.run(op, args, knobs, nullptr, 0, stream);

@@ -1,0 +1,249 @@
+// ExpCe: a custom sm90 EVT node for the LM head's backward (MATH.md F6, "exponential form"): it turns its input
+// fragment l (the fp32 logits rstd * acc) into the scaled exponentials the two gradient GEMMs read, with one
+// offset per row known before the GEMM, and per-(row, CTA N-tile) sums for the finishing kernel.
+//
+// Per element (m, n) (n < vocab with kMaskColumns; the LM head's GEMM N may be V rounded up to 8):
+//   c = cap tanh(l / cap), s = 1 - tanh^2(l / cap)    (c = l, s = 1 without softcap; tanh_ex2 below)
+//   e = exp(c - K[m])                                   (ex2.approx.ftz: terms below 2^-126 flush to 0)
+//   returned (the stored D):  s * e
+// Per row m and CTA N-tile t (tile_base + the tile's index), over its columns, fp32 buffers [T, Mpad] (element
+// (t, m) at m + Mpad * t):
+//   sumexp[t][m] = sum_n e
+//   dot[t][m]    = sum_n l s e                          (the row dot of the gradient, MATH.md rewrite 2)
+// K[m] = +inf (an ignored row) gives e = 0 everywhere, a NaN K gives NaN. Rows >= M are never written. No atomics,
+// no smem: deterministic.
+//
+// Why one offset per row: dl = v (.) E' with a per-row v once lse is known (kernels::ce_exp_finish), so both
+// consumer GEMMs keep plain smem-sourced mainloops and no pass over [M, V] runs between them (the logits path's F6).
+// The offset (the target's capped logit) bounds nothing from above: the finishing kernel sends rows whose
+// lse - K is too large to a recompute (kernels::ce_exp_rescue).
+//
+// How: as OnlineLse (online_lse.hpp): per-row register state through stride-0 tensors, quad xor-shuffle merge in
+// reduce() on the last subtile, K * log2e loaded once per owned row in begin(). No target capture: the offset
+// kernel computes l_t itself, and the kernel's register budget (168 per thread at compile time, 128 of them the
+// accumulator) has no room for two more per-row tensors (they spilled).
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_conversion.h>  // before the visitor header, which uses it without including it
+#include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
+
+#include "epilogue/node_base.hpp"
+#include "epilogue/online_lse.hpp"  // ex2_approx
+
+namespace coda::epilogue {
+
+/// tanh(x) = 1 - 2 / (2^(2x log2e) + 1) with the bare MUFU ex2 and the MUFU reciprocal: absolute error ~2e-7 (tanhf's
+/// accurate path needs more registers than the pingpong kernel has left beside its 128 accumulators: it spilled).
+/// Saturates to +-1 (ex2 gives +inf or 0).
+CUTLASS_DEVICE float tanh_ex2(float x) {
+  float const e2 = ex2_approx(x * 2.8853900817779268f);  // 2 log2(e)
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e2 + 1.0f));  // rcp(+inf) = 0
+  return fmaf(-2.0f, r, 1.0f);
+}
+
+/// Run-time arguments of ExpCe (all pointers device memory).
+struct ExpCeArguments {
+  float const* rstd = nullptr;    ///< [M] row scale of the accumulator: l = rstd acc
+  float cap = 0.0f;               ///< softcap c >= 0 (0 = off)
+  float inv_cap = 0.0f;           ///< 1 / c (0 when off)
+  float const* offset = nullptr;  ///< [M] K, fp32
+  int64_t vocab = 0;              ///< kMaskColumns: columns >= vocab (of this problem) are left out of the sums
+  int64_t tile_base = 0;          ///< N-tile index of the problem's first column in the partials
+  int64_t m_pad = 0;              ///< Mpad of the partials (M rounded up to the partials' M tile)
+  float* ptr_sumexp = nullptr;    ///< [T, Mpad]
+  float* ptr_dot = nullptr;       ///< [T, Mpad]
+};
+
+/// The node, unary: its child is the accumulator fetch (l = rstd acc is formed here: one fragment fewer in flight
+/// than a separate multiply node). `CtaTileShapeMNK` is the kernel's CTA tile. kMaskColumns: columns >= vocab are
+/// left out of the sums; without it every column of the problem is a real one (the caller makes N a multiple of
+/// the tile width). The per-element column mask costs registers that the pingpong 128x128 kernel does not have (it
+/// spilled 12 bytes, with or without softcap), so the masked node runs on a narrow tile over the vocabulary's last
+/// columns only (ops/linear_rowscale_exp). Rows >= M need no mask: their partials are never written and TMA clips
+/// their D.
+template <class CtaTileShapeMNK, bool kMaskColumns>
+struct ExpCe : Sm90StoreOnlyNode {
+  static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
+  static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
+  static constexpr float kLog2e = 1.4426950408889634f;
+
+  struct SharedStorage {};
+  using Arguments = ExpCeArguments;
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return args.rstd != nullptr && args.offset != nullptr && args.ptr_sumexp != nullptr &&
+           args.ptr_dot != nullptr && args.m_pad > 0 && (!kMaskColumns || args.vocab > 0);
+  }
+
+  CUTLASS_HOST_DEVICE ExpCe() {}
+  CUTLASS_HOST_DEVICE ExpCe(Params const& params, SharedStorage const&) : params_ptr(&params) {}
+
+  Params const* params_ptr = nullptr;
+
+  /// FTensor: per-row float state (stride 0 along N); CTensor: the thread's fragment coordinates relative to its
+  /// first element; Residue: (M, N) minus that first element's coordinate.
+  template <class FTensor, class CTensor, class Residue, class TileResidue, class LaneLayout, class LaneCoord>
+  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(FTensor&& rs, FTensor&& k, FTensor&& se, FTensor&& dt, CTensor crd,
+                                          Residue residue, TileResidue tile_residue, LaneLayout lane_layout,
+                                          LaneCoord lane_mn, int64_t m_first, int n_valid, int64_t part_offset,
+                                          Params const* params)
+        : tCrRstd(cute::forward<FTensor>(rs)),
+          tCrK(cute::forward<FTensor>(k)),
+          tCrSumExp(cute::forward<FTensor>(se)),
+          tCrDot(cute::forward<FTensor>(dt)),
+          tCcD(crd),
+          residue_tCcD(residue),
+          residue_cD(tile_residue),
+          lane_layout_MN(lane_layout),
+          lane_mn(lane_mn),
+          m_first(m_first),
+          n_valid(n_valid),
+          part_offset(part_offset),
+          params(params) {}
+
+    FTensor tCrRstd;  // rstd per owned row
+    FTensor tCrK;     // K * log2e per owned row
+    FTensor tCrSumExp, tCrDot;
+    CTensor tCcD;
+    Residue residue_tCcD;
+    TileResidue residue_cD;
+    LaneLayout lane_layout_MN;
+    LaneCoord lane_mn;
+    int64_t m_first;      // absolute row of the thread's first fragment element
+    int n_valid;          // kMaskColumns: columns relative to the thread's first one that are < vocab
+    int64_t part_offset;  // Mpad * (tile_base + n): start of this tile's partials
+    Params const* params;
+
+    CUTLASS_DEVICE void begin() {
+      cute::fill(tCrSumExp, 0.0f);
+      cute::fill(tCrDot, 0.0f);
+      cute::fill(tCrK, 0.0f);
+      cute::fill(tCrRstd, 0.0f);
+      auto ks = cute::filter_zeros(tCrK);
+      auto rs = cute::filter_zeros(tCrRstd);
+      auto crd = cute::filter_zeros(tCcD, tCrK.stride());
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < cute::size(ks); ++i) {
+        int const m_rel = static_cast<int>(cute::get<0>(crd(i)));
+        if (m_rel < cute::get<0>(residue_tCcD)) {
+          int64_t const m = m_first + m_rel;
+          ks(i) = params->offset[m] * kLog2e;  // +inf stays +inf, NaN stays NaN
+          rs(i) = params->rstd[m];
+        }
+      }
+    }
+
+    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<float, FragmentSize> visit(cutlass::Array<ElementAccumulator, FragmentSize> const&,
+                                                             int epi_v, int epi_m, int epi_n,
+                                                             cutlass::Array<ElementInput, FragmentSize> const& frg_acc) {
+      using cute::_;
+      cutlass::NumericArrayConverter<float, ElementInput, FragmentSize> convert{};
+      cutlass::Array<float, FragmentSize> l = convert(frg_acc);  // overwritten in place with the result
+      auto rs = tCrRstd(_, _, _, epi_m, epi_n);
+      auto k2 = tCrK(_, _, _, epi_m, epi_n);
+      auto se = tCrSumExp(_, _, _, epi_m, epi_n);
+      auto dt = tCrDot(_, _, _, epi_m, epi_n);
+      auto crd = tCcD(_, _, _, epi_m, epi_n);
+      int const base = epi_v * FragmentSize;
+      float const cap = params->cap, inv_cap = params->inv_cap;
+
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentSize; ++i) {
+        bool valid = true;
+        if constexpr (kMaskColumns) valid = static_cast<int>(cute::get<1>(crd(base + i))) < n_valid;
+        float const li = rs(base + i) * l[i];
+        float c = li, s = 1.0f;
+        if (cap != 0.0f) {  // uniform over the kernel
+          float const t = tanh_ex2(li * inv_cap);
+          c = cap * t;
+          s = fmaf(-t, t, 1.0f);
+        }
+        float const e = valid ? ex2_approx(fmaf(c, kLog2e, -k2(base + i))) : 0.0f;
+        float const se_i = s * e;
+        se(base + i) += e;
+        dt(base + i) = fmaf(li, se_i, dt(base + i));
+        l[i] = se_i;
+      }
+      return l;
+    }
+
+    template <class STensor, class SyncFn, class VTensor>
+    CUTLASS_DEVICE void reduce(STensor&&, SyncFn const&, int, int, bool is_last_iteration, VTensor) {
+      if (!is_last_iteration) return;
+      // A CTA entirely outside the problem has nothing to write (uniform over the CTA: no lane skips a shuffle).
+      if (!cute::elem_less(cute::make_coord(0, 0), residue_cD)) return;
+      auto se = cute::filter_zeros(tCrSumExp);
+      auto dt = cute::filter_zeros(tCrDot);
+      auto crd = cute::filter_zeros(tCcD, tCrSumExp.stride());
+
+      // Merge the lanes that share a row (the quad along N); partners add in either order to the same bits.
+      constexpr int kLanesN = decltype(cute::size<1>(lane_layout_MN))::value;
+      static_assert((kLanesN & (kLanesN - 1)) == 0, "lanes along N must be a power of two");
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = kLanesN / 2; k > 0; k /= 2) {
+        int const lane_mask = static_cast<int>(lane_layout_MN(0, k));
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < cute::size(se); ++r) {
+          se(r) = se(r) + __shfl_xor_sync(0xffffffffu, se(r), lane_mask);
+          dt(r) = dt(r) + __shfl_xor_sync(0xffffffffu, dt(r), lane_mask);
+        }
+      }
+
+      if (cute::get<1>(lane_mn) != 0) return;
+      Params const& p = *params;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < cute::size(se); ++r) {
+        int const m_rel = static_cast<int>(cute::get<0>(crd(r)));
+        if (m_rel >= cute::get<0>(residue_tCcD)) continue;  // rows >= M are never written
+        int64_t const idx = part_offset + m_first + m_rel;
+        p.ptr_sumexp[idx] = se(r);
+        p.ptr_dot[idx] = dt(r);
+      }
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    using namespace cute;
+    auto [M, N, K, L] = args.problem_shape_mnkl;
+    auto [m, n, k, l] = args.tile_coord_mnkl;
+
+    Tensor tCgRow = line_partition<ReferenceSrc, /*kPerRow=*/true>(args);
+    Tensor tCrRstd = make_tensor_like<float>(tCgRow);
+    Tensor tCrK = make_tensor_like<float>(tCgRow);
+    Tensor tCrSumExp = make_tensor_like<float>(tCgRow);
+    Tensor tCrDot = make_tensor_like<float>(tCgRow);
+
+    auto lanes = lanes_of_warp<ReferenceSrc>(args.tiled_copy);
+    auto lane_layout_MN = get<0>(lanes);
+    auto lane_mn = get<1>(lanes);
+    static_assert(decltype(lane_layout_MN(_0{}, _1{}))::value == 1, "lanes along N must have lane stride 1");
+
+    int64_t const m_first = static_cast<int64_t>(M) - get<0>(args.residue_tCcD);
+    int n_valid = 0;
+    if constexpr (kMaskColumns) {
+      int64_t const n_first = static_cast<int64_t>(N) - get<1>(args.residue_tCcD);
+      int64_t const rel = params_ptr->vocab - n_first;  // negative past the vocabulary
+      n_valid = rel < 0 ? 0 : (rel > kTileN ? kTileN : static_cast<int>(rel));
+    }
+    int64_t const part_offset = params_ptr->m_pad * (params_ptr->tile_base + static_cast<int64_t>(n));
+    (void)l;
+
+    return ConsumerStoreCallbacks<decltype(tCrK), decltype(args.tCcD), decltype(args.residue_tCcD),
+                                  decltype(args.residue_cD), decltype(lane_layout_MN), decltype(lane_mn)>(
+        cute::move(tCrRstd), cute::move(tCrK), cute::move(tCrSumExp), cute::move(tCrDot), args.tCcD,
+        args.residue_tCcD, args.residue_cD, lane_layout_MN, lane_mn, m_first, n_valid, part_offset, params_ptr);
+  }
+};
+
+}  // namespace coda::epilogue

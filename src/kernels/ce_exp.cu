@@ -1,0 +1,271 @@
+// The LM head's cross-entropy backward in exponential form (MATH.md F6, "exponential form"): the three small
+// kernels around the ExpCe logits GEMM (ops/linear_rowscale_exp, epilogue/exp_ce.hpp) of one chunk of rows.
+//
+//   ce_exp_offset  one warp per row: l_t = rstd <h_m, w_t> and K[m] = cap(l_t) (fp32), K = +inf for an ignored row,
+//                  NaN for a target outside [0, V); resets the flag count. K is only an offset: any value near c_t
+//                  works; l_t is the target logit of the loss (the GEMM's own differs by fp32 summation order).
+//   ce_exp_finish  per row, from the GEMM's per-tile sums (double, order fixed by T): lse, the loss, the row scale v,
+//                  the scaled row dot, and the target entry of E. A row whose lse - K exceeds kMaxGap (a per-token
+//                  loss above ~40 nats) or whose z-loss factor a is not comfortably positive is put on a list.
+//   ce_exp_rescue  always launched; exits at once when the list is empty. Per listed row, one block recomputes the
+//                  row's logits three times (max, sums, store; one warp per logit) and rewrites the E row, loss, v and
+//                  row dot with the row max as offset. Milliseconds per row (three passes over w), but only rows
+//                  with a per-token loss above ~40 nats reach it: diverging training.
+//
+// Gradient (label smoothing 0): dl_j = g s_j (a p_j - [j = t]), a = 1 + 2 z lse, p_j = exp(c_j - lse). With
+// E_j = s_j exp(c_j - K) for j != t, the finish sets
+//   v   = g a exp(K - lse),   E_t = s_t (exp(c_t - K) - exp(lse - K) / a),   so that dl = v (.) E;
+//   zdz_scaled = zdz / v = (1/d) (sum_j l_j s_j e_j - s_t l_t exp(lse - K) / a),
+// zdz being F6's (1/d) sum_j l_j dl_j. The rescue uses v = g exp(K' - lse) and E_j = a s_j exp(c_j - K'), which needs
+// no division by a. Both are exact rewrites; the dgrad applies v per row (B2 with a row scale).
+// No float atomics (the list's order does not matter: each row's work is its own): same inputs, same bits.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/device_utils.cuh"
+#include "kernels/kernels.hpp"
+
+namespace coda::kernels {
+
+namespace {
+
+using detail::kFullMask;
+
+// Largest lse - K the exponential form accepts: E <= e^40 (~2.4e17, a normal bf16), the dgrad's row sums stay far
+// below fp32's range for any vocabulary, and v >= g a e^-52 keeps v c gamma a normal bf16 for g >= ~1e-8.
+constexpr double kMaxGap = 40.0;
+constexpr double kMinA = 1.0 / 1024;  // a below this goes to the rescue (z-loss with lse < -1/(2z), never in practice)
+
+__device__ __forceinline__ int64_t load_target(void const* targets, bool is64, int64_t m) {
+  return is64 ? static_cast<int64_t const*>(targets)[m] : static_cast<int64_t>(static_cast<int32_t const*>(targets)[m]);
+}
+
+__device__ __forceinline__ float grad_of(CeExpArgs const& a, int64_t m) {
+  if (a.grad_loss == nullptr) return 1.0f;
+  return a.grad_loss_scalar ? a.grad_loss[0] : a.grad_loss[m];
+}
+
+/// The fp32 dot of two bf16 rows of d elements (d % 8 == 0, 16-byte aligned), reduced over the warp (every lane
+/// gets the same bits: fixed lane order of the partial sums, then an xor butterfly).
+__device__ __forceinline__ float warp_dot(__nv_bfloat16 const* x, __nv_bfloat16 const* y, int64_t d, int lane) {
+  float acc = 0.0f;
+  for (int64_t k = static_cast<int64_t>(lane) * 8; k < d; k += 32 * 8) {
+    float a[8], b[8];
+    detail::unpack8<__nv_bfloat16>(*reinterpret_cast<uint4 const*>(x + k), a);
+    detail::unpack8<__nv_bfloat16>(*reinterpret_cast<uint4 const*>(y + k), b);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(a[i], b[i], acc);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(kFullMask, acc, o);
+  return acc;
+}
+
+/// Softcap in fp32 as the ExpCe epilogue applies it: c and s = dc/dl.
+__device__ __forceinline__ void cap_f(float l, float cap, float inv_cap, float& c, float& s) {
+  if (cap > 0.0f) {
+    float const t = tanhf(l * inv_cap);
+    c = cap * t;
+    s = fmaf(-t, t, 1.0f);
+  } else {
+    c = l;
+    s = 1.0f;
+  }
+}
+
+__global__ void ce_exp_offset_kernel(CeExpArgs a) {
+  int const lane = threadIdx.x % 32;
+  int64_t const m = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.flag_count = 0u;
+  if (m >= a.M) return;
+  int64_t const t = load_target(a.targets, a.targets_int64, m);
+  if (t == a.ignore_index || t < 0 || t >= a.V) {
+    if (lane == 0) {
+      a.offset[m] = t == a.ignore_index ? INFINITY : NAN;
+      a.target_logit[m] = 0.0f;
+    }
+    return;  // uniform over the warp
+  }
+  auto const* h = static_cast<__nv_bfloat16 const*>(a.h) + m * a.ldh;
+  auto const* w = static_cast<__nv_bfloat16 const*>(a.w) + t * a.ldw;
+  float const l = a.rstd[m] * warp_dot(h, w, a.d, lane);
+  float c, s;
+  cap_f(l, a.softcap, a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f, c, s);
+  if (lane == 0) {
+    a.offset[m] = c;
+    a.target_logit[m] = l;
+  }
+}
+
+// Finish: 32 rows (x, coalesced over the m-major partials) by kPhases tile phases (y), combined over y in order.
+constexpr int kRows = 32;
+constexpr int kPhases = 8;
+
+__global__ void __launch_bounds__(kRows * kPhases) ce_exp_finish_kernel(CeExpArgs a) {
+  __shared__ double red_se[kPhases][kRows];
+  __shared__ double red_dot[kPhases][kRows];
+  int const x = threadIdx.x, y = threadIdx.y;
+  int64_t const m = static_cast<int64_t>(blockIdx.x) * kRows + x;
+  bool const row = m < a.M;
+  double se = 0.0, dot = 0.0;
+  if (row) {
+#pragma unroll 4
+    for (int64_t t = y; t < a.tiles; t += kPhases) {
+      se += a.part_sumexp[m + t * a.ld];
+      dot += a.part_dot[m + t * a.ld];
+    }
+  }
+  red_se[y][x] = se;
+  red_dot[y][x] = dot;
+  __syncthreads();
+  if (y != 0 || !row) return;
+  se = red_se[0][x];
+  dot = red_dot[0][x];
+#pragma unroll
+  for (int k = 1; k < kPhases; ++k) {
+    se += red_se[k][x];
+    dot += red_dot[k][x];
+  }
+
+  int64_t const t = load_target(a.targets, a.targets_int64, m);
+  if (t == a.ignore_index || t < 0 || t >= a.V) {  // E's row is 0 (K = +inf) or NaN (K = NaN) already
+    float const fill = t == a.ignore_index ? 0.0f : NAN;
+    a.loss[m] = fill;
+    a.v[m] = fill;
+    a.zdz[m] = fill;
+    return;
+  }
+  double const K = a.offset[m];
+  double const lse = K + log(se);
+  double const z = a.z_loss;
+  double const A = 1.0 + 2.0 * z * lse;
+  if (!(lse - K <= kMaxGap) || !(A >= kMinA)) {  // also NaN
+    a.flagged[atomicAdd(a.flag_count, 1u)] = static_cast<int>(m);
+    return;
+  }
+  double const lt = a.target_logit[m];
+  double ct = lt, st = 1.0;
+  if (a.softcap > 0.0f) {
+    double const th = tanh(lt / a.softcap);
+    ct = a.softcap * th;
+    st = 1.0 - th * th;
+  }
+  double const g = grad_of(a, m);
+  double const r = exp(lse - K);  // >= ~1
+  a.loss[m] = static_cast<float>(lse - ct + z * lse * lse);
+  a.v[m] = static_cast<float>(g * A / r);
+  a.zdz[m] = static_cast<float>((dot - st * lt * r / A) / static_cast<double>(a.d));
+  static_cast<__nv_bfloat16*>(a.e)[m * a.ld_e + t] = __double2bfloat16(st * (exp(ct - K) - r / A));
+}
+
+constexpr int kRescueThreads = 1024;
+constexpr int kRescueWarps = kRescueThreads / 32;
+
+/// Block-wide reduction of one double per warp (lane 0's), in warp order: every thread gets the same bits.
+__device__ __forceinline__ double block_sum(double v, double* scratch) {
+  int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();  // scratch free
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double s = 0.0;
+  for (int k = 0; k < kRescueWarps; ++k) s += scratch[k];
+  return s;
+}
+
+__global__ void __launch_bounds__(kRescueThreads) ce_exp_rescue_kernel(CeExpArgs a) {
+  __shared__ double scratch[kRescueWarps];
+  __shared__ double scratch2[kRescueWarps];
+  int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  unsigned const count = *a.flag_count;
+  float const cap = a.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+  for (unsigned i = blockIdx.x; i < count; i += gridDim.x) {
+    int64_t const m = a.flagged[i];
+    int64_t const t = load_target(a.targets, a.targets_int64, m);  // valid: the finish checked it
+    auto const* h = static_cast<__nv_bfloat16 const*>(a.h) + m * a.ldh;
+    float const rstd = a.rstd[m];
+    auto logit = [&](int64_t j) {
+      return rstd * warp_dot(h, static_cast<__nv_bfloat16 const*>(a.w) + j * a.ldw, a.d, lane);
+    };
+    // Pass 1: the row max of the capped logits (fmaxf drops NaN; a NaN row shows in the sums below).
+    float mx = -INFINITY;
+    for (int64_t j = warp; j < a.V; j += kRescueWarps) {
+      float c, s;
+      cap_f(logit(j), cap, inv_cap, c, s);
+      mx = fmaxf(mx, c);
+    }
+    __syncthreads();
+    if (lane == 0) scratch[warp] = mx;
+    __syncthreads();
+    float K = scratch[0];
+    for (int k = 1; k < kRescueWarps; ++k) K = fmaxf(K, scratch[k]);
+    // Pass 2: sum e and sum l s e (double, each warp in column order, then warps in order), and l_t.
+    double se = 0.0, dot = 0.0;
+    float lt = 0.0f;
+    for (int64_t j = warp; j < a.V; j += kRescueWarps) {
+      float const l = logit(j);
+      float c, s;
+      cap_f(l, cap, inv_cap, c, s);
+      double const e = exp(static_cast<double>(c) - K);
+      se += e;
+      dot += static_cast<double>(l) * s * e;
+      if (j == t) lt = l;
+    }
+    __syncthreads();
+    if (lane == 0) scratch2[warp] = (t % kRescueWarps == warp) ? static_cast<double>(lt) : 0.0;
+    se = block_sum(se, scratch);
+    dot = block_sum(dot, scratch);
+    double const l_t = scratch2[t % kRescueWarps];
+    double const lse = static_cast<double>(K) + log(se);
+    double const z = a.z_loss;
+    double const A = 1.0 + 2.0 * z * lse;
+    double ct = l_t, st = 1.0;
+    if (cap > 0.0f) {
+      double const th = tanh(l_t / cap);
+      ct = cap * th;
+      st = 1.0 - th * th;
+    }
+    double const r = exp(lse - K);  // in [1, V]
+    // Pass 3: E_j = a s_j e_j, the target's entry s_t (a e_t - e^(lse - K)).
+    auto* e_row = static_cast<__nv_bfloat16*>(a.e) + m * a.ld_e;
+    for (int64_t j = warp; j < a.V; j += kRescueWarps) {
+      float const l = logit(j);
+      float c, s;
+      cap_f(l, cap, inv_cap, c, s);
+      double const e = exp(static_cast<double>(c) - K);
+      if (lane == 0) e_row[j] = __double2bfloat16(j == t ? st * (A * exp(ct - K) - r) : A * s * e);
+    }
+    if (threadIdx.x == 0) {
+      double const g = grad_of(a, m);
+      a.loss[m] = static_cast<float>(lse - ct + z * lse * lse);
+      a.v[m] = static_cast<float>(g / r);
+      a.zdz[m] = static_cast<float>((A * dot - st * l_t * r) / static_cast<double>(a.d));
+    }
+  }
+}
+
+}  // namespace
+
+void ce_exp_offset(CeExpArgs const& args, cudaStream_t stream) {
+  if (args.M <= 0) return;
+  constexpr int kThreads = 256;
+  int64_t const blocks = (args.M * 32 + kThreads - 1) / kThreads;
+  ce_exp_offset_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+  CODA_CUDA_CHECK(cudaGetLastError());
+}
+
+void ce_exp_finish(CeExpArgs const& args, cudaStream_t stream) {
+  if (args.M <= 0) return;
+  dim3 const block(kRows, kPhases);
+  ce_exp_finish_kernel<<<static_cast<unsigned>((args.M + kRows - 1) / kRows), block, 0, stream>>>(args);
+  CODA_CUDA_CHECK(cudaGetLastError());
+}
+
+void ce_exp_rescue(CeExpArgs const& args, int sm_count, cudaStream_t stream) {
+  if (args.M <= 0) return;
+  int64_t const blocks = args.M < sm_count ? args.M : sm_count;
+  ce_exp_rescue_kernel<<<static_cast<unsigned>(blocks), kRescueThreads, 0, stream>>>(args);
+  CODA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace coda::kernels

@@ -1,0 +1,49 @@
+// The exponential-form LM-head logits program (CUTLASS-heavy; include only from the per-kernel .cu files of this
+// directory):
+//
+//   D = R(ExpCe(acc))     l = rstd acc in fp32, then s (.) exp(c - K), one rounding to bf16; partials
+//                         (epilogue/exp_ce.hpp); kMaskColumns: columns >= vocab left out of the partials
+#pragma once
+
+#include "epilogue/exp_ce.hpp"
+#include "gemm/fused_linear.hpp"
+#include "ops/linear_rowscale_exp/kernels.hpp"
+
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/functional.h>
+#include <cutlass/numeric_types.h>
+
+namespace coda::ops {
+
+template <bool kMaskColumns>
+struct ExpCeEpilogue {
+  using Args = ExpCeArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementC = void;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::ExpCe<typename Traits::TileShape, kMaskColumns>,
+                                                      cutlass::epilogue::fusion::Sm90AccFetch>;
+
+    /// {op_0 = acc, op_1 = ExpCe}
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const&) {
+      epilogue::ExpCeArguments& e = out.op_1;
+      e.rstd = args.rstd;
+      e.cap = args.softcap;
+      e.inv_cap = args.softcap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(args.softcap)) : 0.0f;
+      e.offset = args.offset;
+      e.vocab = args.vocab;
+      e.tile_base = args.tile_base;
+      e.m_pad = args.m_pad;
+      e.ptr_sumexp = args.part_sumexp;
+      e.ptr_dot = args.part_dot;
+    }
+  };
+};
+
+template <class Config, bool kMaskColumns>
+using ExpCeKernel = gemm::FusedLinear<Config, ExpCeEpilogue<kMaskColumns>, cutlass::bfloat16_t, cutlass::bfloat16_t,
+                                      cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+
+}  // namespace coda::ops

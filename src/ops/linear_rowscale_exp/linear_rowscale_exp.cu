@@ -1,0 +1,77 @@
+// Dispatch of the exponential-form LM-head logits GEMM (host only, no CUTLASS): whole 128-column tiles of the
+// vocabulary on the unmasked kernel, the rest (V % 128 columns and the padding to N) on the masked narrow one, both
+// writing into one set of partials carved out of the caller's workspace.
+#include "ops/linear_rowscale_exp/kernels.hpp"
+
+#include "common/error.hpp"
+#include "ops/op_config.hpp"
+
+#include <cstdint>
+
+namespace coda::ops {
+
+namespace {
+constexpr int64_t kTileM = 128, kMainTileN = 128, kTailTileN = 64;
+
+void require_tile(gemm::KernelOps<ExpCeArgs> const& k, int64_t tile_n) {
+  if (k.info.tile_m != kTileM || k.info.tile_n != tile_n) {
+    coda::detail::fail(CODA_ERROR_INTERNAL, "linear_rowscale_exp: kernel ", k.info.config,
+                       " does not have the tile its partials are laid out for");
+  }
+}
+}  // namespace
+
+ExpCeWorkspace exp_ce_workspace(int64_t M, int64_t N, int64_t V) {
+  ExpCeWorkspace w;
+  if (M <= 0 || N <= 0) return w;
+  int64_t const v128 = V / kMainTileN * kMainTileN;
+  w.tiles = v128 / kMainTileN + (N - v128 + kTailTileN - 1) / kTailTileN;
+  w.m_pad = (M + kTileM - 1) / kTileM * kTileM;
+  w.slot = (static_cast<size_t>(w.tiles * w.m_pad) * sizeof(float) + 255) / 256 * 256;
+  return w;
+}
+
+ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w,
+                                   int64_t ldw, ExpCeArgs args, void* e, int64_t ld_e, void* workspace,
+                                   size_t workspace_bytes, cudaStream_t stream) {
+  gemm::KernelOps<ExpCeArgs> const& main = exp_ce_kernels::fwd_bf16_pp_128x128x64_c2x1();
+  gemm::KernelOps<ExpCeArgs> const& tail = exp_ce_kernels::fwd_bf16_masked_pp_128x64x64_c2x1();
+  require_tile(main, kMainTileN);
+  require_tile(tail, kTailTileN);
+  int64_t const V = args.vocab;
+  if (V < 1 || V > N) coda::detail::fail(CODA_ERROR_INTERNAL, "linear_rowscale_exp: vocab ", V, " outside [1, ", N, "]");
+  ExpCeWorkspace const ws = exp_ce_workspace(M, N, V);
+  if (workspace_bytes < ws.bytes() || workspace == nullptr || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {
+    coda::detail::fail(CODA_ERROR_WORKSPACE, "linear_rowscale_exp: needs ", ws.bytes(),
+                       " bytes of 16-byte aligned workspace for the partials, got ", workspace_bytes);
+  }
+  args.part_sumexp = ws.buffer(workspace, 0);
+  args.part_dot = ws.buffer(workspace, 1);
+  args.m_pad = ws.m_pad;
+  int64_t const v128 = V / kMainTileN * kMainTileN;
+  gemm::Operands op;
+  op.M = M, op.K = K;
+  op.A = h, op.lda = ldh;
+  op.ldb = ldw;
+  op.ldd = ld_e;
+  // Raster along N, swizzle 8: F5's measured default for the same GEMM with an exp per element (the weight streams
+  // from DRAM once per wave of row bands; linear_rowscale_lse.cu).
+  if (v128 > 0) {
+    op.N = v128;
+    op.B = w;
+    op.D = e;
+    args.tile_base = 0;
+    main.run(op, args, raster_n(8), nullptr, 0, stream);
+  }
+  if (N > v128) {  // the columns' offset keeps the TMA bases 16-byte aligned: v128 rows of w, v128 elements of E
+    op.N = N - v128;
+    op.B = static_cast<char const*>(w) + v128 * ldw * 2;
+    op.D = static_cast<char*>(e) + v128 * 2;
+    args.vocab = V - v128;
+    args.tile_base = v128 / kMainTileN;
+    tail.run(op, args, raster_n(8), nullptr, 0, stream);
+  }
+  return ws;
+}
+
+}  // namespace coda::ops
