@@ -139,10 +139,13 @@ def parse_quack_config(label):
 
 def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     """The impl names timed for op, in the order they are built (references first: cuBLAS, then CODA, then CODA
-    with each --coda-pins config: `coda:PIN`; for an op in --graph-ops, `coda_graph` and `quack_graph` last)."""
+    with each --coda-pins config: `coda:PIN`, lm_head's torch_compile, quack's; for an op in --graph-ops,
+    `coda_graph` and `quack_graph` last)."""
     if op == "block":
         return list(BLOCK_IMPLS) + [f"coda:{pin}" for pin in coda_pins]
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
+    if op == "lm_head":
+        base.append("torch_compile")
     graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
     if not quack:
         return base + graphed
