@@ -66,6 +66,7 @@ struct Plan {
   float* dgamma = nullptr;   // [chunks, d] per-chunk dgamma
   float* offset = nullptr;   // [C] exponential form: K, l_t, v, the flagged rows and their count, the GEMM's partials
   float* target_logit = nullptr;
+  float* target_e = nullptr;
   float* v = nullptr;
   int* flagged = nullptr;
   unsigned* flag_count = nullptr;
@@ -96,6 +97,7 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   p.dgamma = static_cast<float*>(take(static_cast<size_t>(chunks * d) * 4));
   p.offset = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.target_logit = static_cast<float*>(take(static_cast<size_t>(C) * 4));
+  p.target_e = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.v = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.flagged = static_cast<int*>(take(static_cast<size_t>(C) * 4));
   p.flag_count = static_cast<unsigned*>(take(sizeof(unsigned)));
@@ -226,6 +228,7 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
         ce.grad_loss_scalar = !per_row;
         ce.offset = p.offset;
         ce.target_logit = p.target_logit;
+        ce.target_e = p.target_e;
         ce.e = p.logits, ce.ld_e = Vp;
         ce.loss = loss_rows + r0;
         ce.v = p.v;
@@ -237,6 +240,8 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
         ea.softcap = o.softcap;
         ea.offset = p.offset;
         ea.vocab = V;
+        ea.target_e = p.target_e;
+        ea.targets = ce.targets, ea.targets_int64 = targets64;
         coda::ops::ExpCeWorkspace const ws = coda::ops::linear_rowscale_exp(
             rows, Vp, d, h_c.data, ld_h, w_use.data, ld_w, ea, p.logits, Vp, p.exp_parts, p.exp_parts_bytes, st);
         ce.tiles = ws.tiles, ce.ld = ws.m_pad;

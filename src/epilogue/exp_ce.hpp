@@ -18,10 +18,12 @@
 // The offset (the target's capped logit) bounds nothing from above: the finishing kernel sends rows whose
 // lse - K is too large to a recompute (kernels::ce_exp_rescue).
 //
+// Also target[m] = e at column targets[m] (the fp32 value inside the sums), written by the one thread that sees it.
+//
 // How: as OnlineLse (online_lse.hpp): per-row register state through stride-0 tensors, quad xor-shuffle merge in
-// reduce() on the last subtile, K * log2e loaded once per owned row in begin(). No target capture: the offset
-// kernel computes l_t itself, and the kernel's register budget (168 per thread at compile time, 128 of them the
-// accumulator) has no room for two more per-row tensors (they spilled).
+// reduce() on the last subtile, K * log2e, rstd and the target column loaded once per owned row in begin(); the
+// target's e is stored straight from visit() (no per-row register for it: the pingpong 128x128 kernel has 168
+// registers per thread at compile time, 128 of them the accumulator).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +60,10 @@ struct ExpCeArguments {
   int64_t m_pad = 0;              ///< Mpad of the partials (M rounded up to the partials' M tile)
   float* ptr_sumexp = nullptr;    ///< [T, Mpad]
   float* ptr_dot = nullptr;       ///< [T, Mpad]
+  float* ptr_target = nullptr;    ///< [M] e at the target column (this GEMM's own fp32 value), by its owner tile
+  void const* targets = nullptr;  ///< [M] int32 or int64
+  bool targets_int64 = false;
+  int64_t col_base = 0;           ///< vocabulary column of the problem's first column
 };
 
 /// The node, unary: its child is the accumulator fetch (l = rstd acc is formed here: one fragment fewer in flight
@@ -80,7 +86,8 @@ struct ExpCe : Sm90StoreOnlyNode {
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
     return args.rstd != nullptr && args.offset != nullptr && args.ptr_sumexp != nullptr &&
-           args.ptr_dot != nullptr && args.m_pad > 0 && (!kMaskColumns || args.vocab > 0);
+           args.ptr_dot != nullptr && args.ptr_target != nullptr && args.targets != nullptr && args.m_pad > 0 &&
+           (!kMaskColumns || args.vocab > 0);
   }
 
   CUTLASS_HOST_DEVICE ExpCe() {}
@@ -90,22 +97,27 @@ struct ExpCe : Sm90StoreOnlyNode {
 
   /// FTensor: per-row float state (stride 0 along N); CTensor: the thread's fragment coordinates relative to its
   /// first element; Residue: (M, N) minus that first element's coordinate.
-  template <class FTensor, class CTensor, class Residue, class TileResidue, class LaneLayout, class LaneCoord>
+  template <class FTensor, class ITensor, class CTensor, class Residue, class TileResidue, class LaneLayout,
+            class LaneCoord>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    CUTLASS_DEVICE ConsumerStoreCallbacks(FTensor&& rs, FTensor&& k, FTensor&& se, FTensor&& dt, CTensor crd,
+    CUTLASS_DEVICE ConsumerStoreCallbacks(FTensor&& rs, FTensor&& k, FTensor&& se, FTensor&& dt, ITensor&& tc,
+                                          CTensor crd,
                                           Residue residue, TileResidue tile_residue, LaneLayout lane_layout,
-                                          LaneCoord lane_mn, int64_t m_first, int n_valid, int64_t part_offset,
+                                          LaneCoord lane_mn, int64_t m_first, int64_t n_first, int n_valid,
+                                          int64_t part_offset,
                                           Params const* params)
         : tCrRstd(cute::forward<FTensor>(rs)),
           tCrK(cute::forward<FTensor>(k)),
           tCrSumExp(cute::forward<FTensor>(se)),
           tCrDot(cute::forward<FTensor>(dt)),
+          tCrTargetCol(cute::forward<ITensor>(tc)),
           tCcD(crd),
           residue_tCcD(residue),
           residue_cD(tile_residue),
           lane_layout_MN(lane_layout),
           lane_mn(lane_mn),
           m_first(m_first),
+          n_first(n_first),
           n_valid(n_valid),
           part_offset(part_offset),
           params(params) {}
@@ -113,12 +125,14 @@ struct ExpCe : Sm90StoreOnlyNode {
     FTensor tCrRstd;  // rstd per owned row
     FTensor tCrK;     // K * log2e per owned row
     FTensor tCrSumExp, tCrDot;
+    ITensor tCrTargetCol;  // the row's target column relative to the thread's first column, or -1
     CTensor tCcD;
     Residue residue_tCcD;
     TileResidue residue_cD;
     LaneLayout lane_layout_MN;
     LaneCoord lane_mn;
     int64_t m_first;      // absolute row of the thread's first fragment element
+    int64_t n_first;      // vocabulary column of the thread's first fragment element
     int n_valid;          // kMaskColumns: columns relative to the thread's first one that are < vocab
     int64_t part_offset;  // Mpad * (tile_base + n): start of this tile's partials
     Params const* params;
@@ -128,8 +142,10 @@ struct ExpCe : Sm90StoreOnlyNode {
       cute::fill(tCrDot, 0.0f);
       cute::fill(tCrK, 0.0f);
       cute::fill(tCrRstd, 0.0f);
+      cute::fill(tCrTargetCol, -1);
       auto ks = cute::filter_zeros(tCrK);
       auto rs = cute::filter_zeros(tCrRstd);
+      auto tcs = cute::filter_zeros(tCrTargetCol);
       auto crd = cute::filter_zeros(tCcD, tCrK.stride());
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < cute::size(ks); ++i) {
@@ -138,6 +154,11 @@ struct ExpCe : Sm90StoreOnlyNode {
           int64_t const m = m_first + m_rel;
           ks(i) = params->offset[m] * kLog2e;  // +inf stays +inf, NaN stays NaN
           rs(i) = params->rstd[m];
+          int64_t const t = params->targets_int64
+                                ? static_cast<int64_t const*>(params->targets)[m]
+                                : static_cast<int64_t>(static_cast<int32_t const*>(params->targets)[m]);
+          int64_t const rel = t - n_first;  // ignored / out-of-range targets never match a column below
+          tcs(i) = (t >= 0 && rel >= 0 && rel < kTileN) ? static_cast<int>(rel) : -1;
         }
       }
     }
@@ -153,6 +174,7 @@ struct ExpCe : Sm90StoreOnlyNode {
       auto k2 = tCrK(_, _, _, epi_m, epi_n);
       auto se = tCrSumExp(_, _, _, epi_m, epi_n);
       auto dt = tCrDot(_, _, _, epi_m, epi_n);
+      auto tc = tCrTargetCol(_, _, _, epi_m, epi_n);
       auto crd = tCcD(_, _, _, epi_m, epi_n);
       int const base = epi_v * FragmentSize;
       float const cap = params->cap, inv_cap = params->inv_cap;
@@ -169,6 +191,11 @@ struct ExpCe : Sm90StoreOnlyNode {
           s = fmaf(-t, t, 1.0f);
         }
         float const e = valid ? ex2_approx(fmaf(c, kLog2e, -k2(base + i))) : 0.0f;
+        // The target's e leaves at once (one thread per row sees it): the finish needs this GEMM's own value, the
+        // one inside the sums (a recomputed l_t differs by fp32 summation order, ~1e-5 of e_t at l ~ 25).
+        if (static_cast<int>(cute::get<1>(crd(base + i))) == tc(base + i) && valid) {
+          params->ptr_target[m_first + static_cast<int>(cute::get<0>(crd(base + i)))] = e;
+        }
         float const se_i = s * e;
         se(base + i) += e;
         dt(base + i) = fmaf(li, se_i, dt(base + i));
@@ -223,6 +250,7 @@ struct ExpCe : Sm90StoreOnlyNode {
     Tensor tCrK = make_tensor_like<float>(tCgRow);
     Tensor tCrSumExp = make_tensor_like<float>(tCgRow);
     Tensor tCrDot = make_tensor_like<float>(tCgRow);
+    Tensor tCrTargetCol = make_tensor_like<int>(tCgRow);
 
     auto lanes = lanes_of_warp<ReferenceSrc>(args.tiled_copy);
     auto lane_layout_MN = get<0>(lanes);
@@ -230,19 +258,21 @@ struct ExpCe : Sm90StoreOnlyNode {
     static_assert(decltype(lane_layout_MN(_0{}, _1{}))::value == 1, "lanes along N must have lane stride 1");
 
     int64_t const m_first = static_cast<int64_t>(M) - get<0>(args.residue_tCcD);
+    int64_t const n_first = static_cast<int64_t>(N) - get<1>(args.residue_tCcD);
     int n_valid = 0;
     if constexpr (kMaskColumns) {
-      int64_t const n_first = static_cast<int64_t>(N) - get<1>(args.residue_tCcD);
       int64_t const rel = params_ptr->vocab - n_first;  // negative past the vocabulary
       n_valid = rel < 0 ? 0 : (rel > kTileN ? kTileN : static_cast<int>(rel));
     }
     int64_t const part_offset = params_ptr->m_pad * (params_ptr->tile_base + static_cast<int64_t>(n));
     (void)l;
 
-    return ConsumerStoreCallbacks<decltype(tCrK), decltype(args.tCcD), decltype(args.residue_tCcD),
-                                  decltype(args.residue_cD), decltype(lane_layout_MN), decltype(lane_mn)>(
-        cute::move(tCrRstd), cute::move(tCrK), cute::move(tCrSumExp), cute::move(tCrDot), args.tCcD,
-        args.residue_tCcD, args.residue_cD, lane_layout_MN, lane_mn, m_first, n_valid, part_offset, params_ptr);
+    return ConsumerStoreCallbacks<decltype(tCrK), decltype(tCrTargetCol), decltype(args.tCcD),
+                                  decltype(args.residue_tCcD), decltype(args.residue_cD), decltype(lane_layout_MN),
+                                  decltype(lane_mn)>(
+        cute::move(tCrRstd), cute::move(tCrK), cute::move(tCrSumExp), cute::move(tCrDot), cute::move(tCrTargetCol),
+        args.tCcD, args.residue_tCcD, args.residue_cD, lane_layout_MN, lane_mn, m_first,
+        params_ptr->col_base + n_first, n_valid, part_offset, params_ptr);
   }
 };
 

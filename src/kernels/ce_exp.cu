@@ -13,9 +13,9 @@
 //                  with a per-token loss above ~40 nats reach it: diverging training.
 //
 // Gradient (label smoothing 0): dl_j = g s_j (a p_j - [j = t]), a = 1 + 2 z lse, p_j = exp(c_j - lse). With
-// E_j = s_j exp(c_j - K) for j != t, the finish sets
-//   v   = g a exp(K - lse),   E_t = s_t (exp(c_t - K) - exp(lse - K) / a),   so that dl = v (.) E;
-//   zdz_scaled = zdz / v = (1/d) (sum_j l_j s_j e_j - s_t l_t exp(lse - K) / a),
+// E_j = s_j e_j, e_j = exp(c_j - K) for j != t, S = sum_j e_j = exp(lse - K) and the GEMM's own e_t, the finish sets
+//   v   = g a / S,   E_t = s_t (e_t - S / a),   so that dl = v (.) E;
+//   zdz_scaled = zdz / v = (1/d) (sum_j l_j s_j e_j - s_t l_t S / a),
 // zdz being F6's (1/d) sum_j l_j dl_j. The rescue uses v = g exp(K' - lse) and E_j = a s_j exp(c_j - K'), which needs
 // no division by a. Both are exact rewrites; the dgrad applies v per row (B2 with a row scale).
 // No float atomics (the list's order does not matter: each row's work is its own): same inputs, same bits.
@@ -33,9 +33,11 @@ namespace {
 using detail::kFullMask;
 
 // Largest lse - K the exponential form accepts: E <= e^40 (~2.4e17, a normal bf16), the dgrad's row sums stay far
-// below fp32's range for any vocabulary, and v >= g a e^-52 keeps v c gamma a normal bf16 for g >= ~1e-8.
+// below fp32's range for any vocabulary, and v >= g a e^-40 / V keeps v c gamma a normal bf16 for g >= ~1e-8.
 constexpr double kMaxGap = 40.0;
 constexpr double kMinA = 1.0 / 1024;  // a below this goes to the rescue (z-loss with lse < -1/(2z), never in practice)
+constexpr float kLog2eF = 1.4426950408889634f;  // the ExpCe epilogue's float log2(e): k2 = fl(K * kLog2eF) there
+constexpr double kLn2 = 0.69314718055994530942;
 
 __device__ __forceinline__ int64_t load_target(void const* targets, bool is64, int64_t m) {
   return is64 ? static_cast<int64_t const*>(targets)[m] : static_cast<int64_t>(static_cast<int32_t const*>(targets)[m]);
@@ -84,6 +86,7 @@ __global__ void ce_exp_offset_kernel(CeExpArgs a) {
     if (lane == 0) {
       a.offset[m] = t == a.ignore_index ? INFINITY : NAN;
       a.target_logit[m] = 0.0f;
+      a.target_e[m] = 0.0f;
     }
     return;  // uniform over the warp
   }
@@ -95,6 +98,7 @@ __global__ void ce_exp_offset_kernel(CeExpArgs a) {
   if (lane == 0) {
     a.offset[m] = c;
     a.target_logit[m] = l;
+    a.target_e[m] = NAN;  // the GEMM's epilogue overwrites it; a NaN loss if it ever did not
   }
 }
 
@@ -136,27 +140,30 @@ __global__ void __launch_bounds__(kRows * kPhases) ce_exp_finish_kernel(CeExpArg
     a.zdz[m] = fill;
     return;
   }
-  double const K = a.offset[m];
-  double const lse = K + log(se);
+  // Everything in the GEMM's own terms: its e_j = 2^(c_j log2e - k2) with k2 = fl(K log2e), so its offset is
+  // exactly k2 ln 2, the sum S = exp(lse - offset), and p_t = e_t / S from the same fp32 values (a recomputed c_t
+  // would leave ~1e-5 of e_t in p_t - 1, all of a confident row's gradient).
+  double const k2 = static_cast<double>(a.offset[m] * kLog2eF);
+  double const log_s = log(se);
+  double const lse = k2 * kLn2 + log_s;
   double const z = a.z_loss;
   double const A = 1.0 + 2.0 * z * lse;
-  if (!(lse - K <= kMaxGap) || !(A >= kMinA)) {  // also NaN
+  if (!(log_s <= kMaxGap) || !(log_s >= -kMaxGap) || !(A >= kMinA)) {  // also NaN
     a.flagged[atomicAdd(a.flag_count, 1u)] = static_cast<int>(m);
     return;
   }
+  double const et = a.target_e[m];
   double const lt = a.target_logit[m];
-  double ct = lt, st = 1.0;
+  double st = 1.0;
   if (a.softcap > 0.0f) {
     double const th = tanh(lt / a.softcap);
-    ct = a.softcap * th;
     st = 1.0 - th * th;
   }
   double const g = grad_of(a, m);
-  double const r = exp(lse - K);  // >= ~1
-  a.loss[m] = static_cast<float>(lse - ct + z * lse * lse);
-  a.v[m] = static_cast<float>(g * A / r);
-  a.zdz[m] = static_cast<float>((dot - st * lt * r / A) / static_cast<double>(a.d));
-  static_cast<__nv_bfloat16*>(a.e)[m * a.ld_e + t] = __double2bfloat16(st * (exp(ct - K) - r / A));
+  a.loss[m] = static_cast<float>(log_s - log(et) + z * lse * lse);  // lse - c_t = -log p_t
+  a.v[m] = static_cast<float>(g * A / se);
+  a.zdz[m] = static_cast<float>((dot - st * lt * se / A) / static_cast<double>(a.d));
+  static_cast<__nv_bfloat16*>(a.e)[m * a.ld_e + t] = __double2bfloat16(st * (et - se / A));
 }
 
 constexpr int kRescueThreads = 1024;

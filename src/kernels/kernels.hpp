@@ -117,6 +117,7 @@ struct CeExpArgs {
   float const* part_dot = nullptr;      ///< sum_j l_j s_j exp(c_j - K) over the tile
   float* offset = nullptr;              ///< [M] K
   float* target_logit = nullptr;        ///< [M] l_t (raw, fp32), written by ce_exp_offset
+  float* target_e = nullptr;            ///< [M] the GEMM's exp(c_t - K) (ce_exp_offset sets NaN: never read unset)
   void* e = nullptr;                    ///< [M, >= V] bf16 E, row stride ld_e
   int64_t ld_e = 0;
   float* loss = nullptr;                ///< [M] per-row loss (0 ignored, NaN for a target outside [0, V))

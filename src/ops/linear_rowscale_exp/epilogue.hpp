@@ -38,6 +38,10 @@ struct ExpCeEpilogue {
       e.m_pad = args.m_pad;
       e.ptr_sumexp = args.part_sumexp;
       e.ptr_dot = args.part_dot;
+      e.ptr_target = args.target_e;
+      e.targets = args.targets;
+      e.targets_int64 = args.targets_int64;
+      e.col_base = args.col_base;
     }
   };
 };

@@ -23,6 +23,10 @@ struct ExpCeArgs {
   int64_t m_pad = 0;              ///< Mpad of the partials
   float* part_sumexp = nullptr;   ///< [T, Mpad] (ExpCeWorkspace)
   float* part_dot = nullptr;
+  float* target_e = nullptr;      ///< [M] e = exp(c_t - K) at the target column, as the sums hold it
+  void const* targets = nullptr;  ///< [M] int32 or int64
+  bool targets_int64 = false;
+  int64_t col_base = 0;           ///< set by linear_rowscale_exp: vocabulary column of the problem's first column
 };
 
 namespace exp_ce_kernels {

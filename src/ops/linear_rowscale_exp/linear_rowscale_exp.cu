@@ -61,6 +61,7 @@ ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* 
     op.B = w;
     op.D = e;
     args.tile_base = 0;
+    args.col_base = 0;
     main.run(op, args, raster_n(8), nullptr, 0, stream);
   }
   if (N > v128) {  // the columns' offset keeps the TMA bases 16-byte aligned: v128 rows of w, v128 elements of E
@@ -69,6 +70,7 @@ ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* 
     op.D = static_cast<char*>(e) + v128 * 2;
     args.vocab = V - v128;
     args.tile_base = v128 / kMainTileN;
+    args.col_base = v128;
     tail.run(op, args, raster_n(8), nullptr, 0, stream);
   }
   return ws;
