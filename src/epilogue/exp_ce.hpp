@@ -21,9 +21,10 @@
 // Also target[m] = e at column targets[m] (the fp32 value inside the sums), written by the one thread that sees it.
 //
 // How: as OnlineLse (online_lse.hpp): per-row register state through stride-0 tensors, quad xor-shuffle merge in
-// reduce() on the last subtile, K * log2e, rstd and the target column loaded once per owned row in begin(); the
-// target's e is stored straight from visit() (no per-row register for it: the pingpong 128x128 kernel has 168
-// registers per thread at compile time, 128 of them the accumulator).
+// reduce() on the last subtile, K * log2e, rstd and the target column loaded once per owned row in begin(), the
+// target's e kept until reduce() in the register that held its column (a store straight from visit() spilled 96
+// bytes, a register of its own 8: the pingpong 128x128 kernel has 168 registers per thread at compile time, 128 of
+// them the accumulator).
 #pragma once
 
 #include <cstdint>
@@ -84,7 +85,9 @@ struct ExpCe : Sm90StoreOnlyNode {
   using Params = Arguments;
 
   template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const& args) {
+  static bool can_implement(ProblemShape const& problem, Arguments const& args) {
+    int64_t const tiles = (static_cast<int64_t>(cute::get<1>(problem)) + kTileN - 1) / kTileN;
+    if (args.m_pad * (args.tile_base + tiles) > int64_t{INT32_MAX}) return false;  // 32-bit partial indices
     return args.rstd != nullptr && args.offset != nullptr && args.ptr_sumexp != nullptr &&
            args.ptr_dot != nullptr && args.ptr_target != nullptr && args.targets != nullptr && args.m_pad > 0 &&
            (!kMaskColumns || args.vocab > 0);
@@ -103,8 +106,8 @@ struct ExpCe : Sm90StoreOnlyNode {
     CUTLASS_DEVICE ConsumerStoreCallbacks(FTensor&& rs, FTensor&& k, FTensor&& se, FTensor&& dt, ITensor&& tc,
                                           CTensor crd,
                                           Residue residue, TileResidue tile_residue, LaneLayout lane_layout,
-                                          LaneCoord lane_mn, int64_t m_first, int64_t n_first, int n_valid,
-                                          int64_t part_offset,
+                                          LaneCoord lane_mn, int m_first, int64_t n_first, int n_valid,
+                                          int part_offset,
                                           Params const* params)
         : tCrRstd(cute::forward<FTensor>(rs)),
           tCrK(cute::forward<FTensor>(k)),
@@ -125,16 +128,18 @@ struct ExpCe : Sm90StoreOnlyNode {
     FTensor tCrRstd;  // rstd per owned row
     FTensor tCrK;     // K * log2e per owned row
     FTensor tCrSumExp, tCrDot;
-    ITensor tCrTargetCol;  // the row's target column relative to the thread's first column, or -1
+    // Per row: the target column relative to the thread's first column (>= 0), -1 (none here), or once seen the
+    // bits of -e (sign bit set, so < -1 for any e >= 0): one register holds both.
+    ITensor tCrTargetCol;
     CTensor tCcD;
     Residue residue_tCcD;
     TileResidue residue_cD;
     LaneLayout lane_layout_MN;
     LaneCoord lane_mn;
-    int64_t m_first;      // absolute row of the thread's first fragment element
+    int m_first;          // absolute row of the thread's first fragment element (32-bit: registers are scarce)
     int64_t n_first;      // vocabulary column of the thread's first fragment element
     int n_valid;          // kMaskColumns: columns relative to the thread's first one that are < vocab
-    int64_t part_offset;  // Mpad * (tile_base + n): start of this tile's partials
+    int part_offset;      // Mpad * (tile_base + n): start of this tile's partials (< 2^31: can_implement)
     Params const* params;
 
     CUTLASS_DEVICE void begin() {
@@ -151,7 +156,7 @@ struct ExpCe : Sm90StoreOnlyNode {
       for (int i = 0; i < cute::size(ks); ++i) {
         int const m_rel = static_cast<int>(cute::get<0>(crd(i)));
         if (m_rel < cute::get<0>(residue_tCcD)) {
-          int64_t const m = m_first + m_rel;
+          int const m = m_first + m_rel;
           ks(i) = params->offset[m] * kLog2e;  // +inf stays +inf, NaN stays NaN
           rs(i) = params->rstd[m];
           int64_t const t = params->targets_int64
@@ -191,10 +196,10 @@ struct ExpCe : Sm90StoreOnlyNode {
           s = fmaf(-t, t, 1.0f);
         }
         float const e = valid ? ex2_approx(fmaf(c, kLog2e, -k2(base + i))) : 0.0f;
-        // The target's e leaves at once (one thread per row sees it): the finish needs this GEMM's own value, the
-        // one inside the sums (a recomputed l_t differs by fp32 summation order, ~1e-5 of e_t at l ~ 25).
+        // The target's e (one thread per row sees it): the finish needs this GEMM's own value, the one inside the
+        // sums (a recomputed l_t differs by fp32 summation order, ~1e-5 of e_t at l ~ 25).
         if (static_cast<int>(cute::get<1>(crd(base + i))) == tc(base + i) && valid) {
-          params->ptr_target[m_first + static_cast<int>(cute::get<0>(crd(base + i)))] = e;
+          tc(base + i) = __float_as_int(-e);
         }
         float const se_i = s * e;
         se(base + i) += e;
@@ -212,6 +217,7 @@ struct ExpCe : Sm90StoreOnlyNode {
       auto se = cute::filter_zeros(tCrSumExp);
       auto dt = cute::filter_zeros(tCrDot);
       auto crd = cute::filter_zeros(tCcD, tCrSumExp.stride());
+      auto tc = cute::filter_zeros(tCrTargetCol);
 
       // Merge the lanes that share a row (the quad along N); partners add in either order to the same bits.
       constexpr int kLanesN = decltype(cute::size<1>(lane_layout_MN))::value;
@@ -226,15 +232,18 @@ struct ExpCe : Sm90StoreOnlyNode {
         }
       }
 
-      if (cute::get<1>(lane_mn) != 0) return;
+      bool const writer = cute::get<1>(lane_mn) == 0;
       Params const& p = *params;
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < cute::size(se); ++r) {
         int const m_rel = static_cast<int>(cute::get<0>(crd(r)));
         if (m_rel >= cute::get<0>(residue_tCcD)) continue;  // rows >= M are never written
-        int64_t const idx = part_offset + m_first + m_rel;
-        p.ptr_sumexp[idx] = se(r);
-        p.ptr_dot[idx] = dt(r);
+        int const idx = part_offset + m_first + m_rel;
+        if (writer) {
+          p.ptr_sumexp[idx] = se(r);
+          p.ptr_dot[idx] = dt(r);
+        }
+        if (tc(r) < -1) p.ptr_target[m_first + m_rel] = -__int_as_float(tc(r));  // the lane that saw the target
       }
     }
   };
@@ -257,14 +266,14 @@ struct ExpCe : Sm90StoreOnlyNode {
     auto lane_mn = get<1>(lanes);
     static_assert(decltype(lane_layout_MN(_0{}, _1{}))::value == 1, "lanes along N must have lane stride 1");
 
-    int64_t const m_first = static_cast<int64_t>(M) - get<0>(args.residue_tCcD);
+    int const m_first = static_cast<int>(M) - static_cast<int>(get<0>(args.residue_tCcD));
     int64_t const n_first = static_cast<int64_t>(N) - get<1>(args.residue_tCcD);
     int n_valid = 0;
     if constexpr (kMaskColumns) {
       int64_t const rel = params_ptr->vocab - n_first;  // negative past the vocabulary
       n_valid = rel < 0 ? 0 : (rel > kTileN ? kTileN : static_cast<int>(rel));
     }
-    int64_t const part_offset = params_ptr->m_pad * (params_ptr->tile_base + static_cast<int64_t>(n));
+    int const part_offset = static_cast<int>(params_ptr->m_pad * (params_ptr->tile_base + static_cast<int64_t>(n)));
     (void)l;
 
     return ConsumerStoreCallbacks<decltype(tCrK), decltype(tCrTargetCol), decltype(args.tCcD),
