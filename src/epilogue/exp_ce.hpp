@@ -50,6 +50,10 @@ CUTLASS_DEVICE float tanh_ex2(float x) {
   return fmaf(-2.0f, r, 1.0f);
 }
 
+/// Softcap compiled in (kOn), out (kOff: cap ignored), or chosen per call (kRunTime). The pingpong 128x128 kernel
+/// has no register to spare for the run-time choice (both paths live in one allocation: it spilled 4 bytes).
+enum class SoftcapMode { kOff, kOn, kRunTime };
+
 /// Run-time arguments of ExpCe (all pointers device memory).
 struct ExpCeArguments {
   float const* rstd = nullptr;    ///< [M] row scale of the accumulator: l = rstd acc
@@ -74,11 +78,12 @@ struct ExpCeArguments {
 /// spilled 12 bytes, with or without softcap), so the masked node runs on a narrow tile over the vocabulary's last
 /// columns only (ops/linear_rowscale_exp). Rows >= M need no mask: their partials are never written and TMA clips
 /// their D.
-template <class CtaTileShapeMNK, bool kMaskColumns>
+template <class CtaTileShapeMNK, bool kMaskColumns, SoftcapMode kSoftcap>
 struct ExpCe : Sm90StoreOnlyNode {
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
   static constexpr float kLog2e = 1.4426950408889634f;
+  static constexpr float kLn2 = 0.6931471805599453f;
 
   struct SharedStorage {};
   using Arguments = ExpCeArguments;
@@ -158,7 +163,10 @@ struct ExpCe : Sm90StoreOnlyNode {
         if (m_rel < cute::get<0>(residue_tCcD)) {
           int const m = m_first + m_rel;
           ks(i) = params->offset[m] * kLog2e;  // +inf stays +inf, NaN stays NaN
-          rs(i) = params->rstd[m];
+          // kOff: rstd log2e, so that x = acc rstd log2e - k2 is one FMA, e = 2^x, and the dot sums x e (reduce()
+          // adds k2 sum e and scales by ln 2: l = (x + k2) ln 2). With l = rstd acc kept per element the pingpong
+          // 128x128 kernel spilled 4-12 bytes.
+          rs(i) = kSoftcap == SoftcapMode::kOff ? params->rstd[m] * kLog2e : params->rstd[m];
           int64_t const t = params->targets_int64
                                 ? static_cast<int64_t const*>(params->targets)[m]
                                 : static_cast<int64_t>(static_cast<int32_t const*>(params->targets)[m]);
@@ -182,20 +190,26 @@ struct ExpCe : Sm90StoreOnlyNode {
       auto tc = tCrTargetCol(_, _, _, epi_m, epi_n);
       auto crd = tCcD(_, _, _, epi_m, epi_n);
       int const base = epi_v * FragmentSize;
-      float const cap = params->cap, inv_cap = params->inv_cap;
 
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < FragmentSize; ++i) {
         bool valid = true;
         if constexpr (kMaskColumns) valid = static_cast<int>(cute::get<1>(crd(base + i))) < n_valid;
-        float const li = rs(base + i) * l[i];
-        float c = li, s = 1.0f;
-        if (cap != 0.0f) {  // uniform over the kernel
-          float const t = tanh_ex2(li * inv_cap);
-          c = cap * t;
-          s = fmaf(-t, t, 1.0f);
+        float li = l[i], s = 1.0f, e;
+        if constexpr (kSoftcap == SoftcapMode::kOff) {
+          li = fmaf(li, rs(base + i), -k2(base + i));  // x: the exponent in base 2
+          e = valid ? ex2_approx(li) : 0.0f;
+        } else {
+          li *= rs(base + i);
+          float c = li;
+          float const cap = params->cap, inv_cap = params->inv_cap;
+          if (kSoftcap == SoftcapMode::kOn || cap != 0.0f) {
+            float const t = tanh_ex2(li * inv_cap);
+            c = cap * t;
+            s = fmaf(-t, t, 1.0f);
+          }
+          e = valid ? ex2_approx(fmaf(c, kLog2e, -k2(base + i))) : 0.0f;
         }
-        float const e = valid ? ex2_approx(fmaf(c, kLog2e, -k2(base + i))) : 0.0f;
         // The target's e (one thread per row sees it): the finish needs this GEMM's own value, the one inside the
         // sums (a recomputed l_t differs by fp32 summation order, ~1e-5 of e_t at l ~ 25).
         if (static_cast<int>(cute::get<1>(crd(base + i))) == tc(base + i) && valid) {
@@ -218,6 +232,7 @@ struct ExpCe : Sm90StoreOnlyNode {
       auto dt = cute::filter_zeros(tCrDot);
       auto crd = cute::filter_zeros(tCcD, tCrSumExp.stride());
       auto tc = cute::filter_zeros(tCrTargetCol);
+      auto k2r = cute::filter_zeros(tCrK);
 
       // Merge the lanes that share a row (the quad along N); partners add in either order to the same bits.
       constexpr int kLanesN = decltype(cute::size<1>(lane_layout_MN))::value;
@@ -241,7 +256,8 @@ struct ExpCe : Sm90StoreOnlyNode {
         int const idx = part_offset + m_first + m_rel;
         if (writer) {
           p.ptr_sumexp[idx] = se(r);
-          p.ptr_dot[idx] = dt(r);
+          // kOff: sum l e = ln 2 (sum x e + k2 sum e); only rows the finish reads (valid targets: k2 finite).
+          p.ptr_dot[idx] = kSoftcap == SoftcapMode::kOff ? (dt(r) + k2r(r) * se(r)) * kLn2 : dt(r);
         }
         if (tc(r) < -1) p.ptr_target[m_first + m_rel] = -__int_as_float(tc(r));  // the lane that saw the target
       }

@@ -15,14 +15,14 @@
 
 namespace coda::ops {
 
-template <bool kMaskColumns>
+template <bool kMaskColumns, epilogue::SoftcapMode kSoftcap>
 struct ExpCeEpilogue {
   using Args = ExpCeArgs;
 
   template <class Traits>
   struct Program {
     using ElementC = void;
-    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::ExpCe<typename Traits::TileShape, kMaskColumns>,
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::ExpCe<typename Traits::TileShape, kMaskColumns, kSoftcap>,
                                                       cutlass::epilogue::fusion::Sm90AccFetch>;
 
     /// {op_0 = acc, op_1 = ExpCe}
@@ -46,8 +46,8 @@ struct ExpCeEpilogue {
   };
 };
 
-template <class Config, bool kMaskColumns>
-using ExpCeKernel = gemm::FusedLinear<Config, ExpCeEpilogue<kMaskColumns>, cutlass::bfloat16_t, cutlass::bfloat16_t,
-                                      cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+template <class Config, bool kMaskColumns, epilogue::SoftcapMode kSoftcap>
+using ExpCeKernel = gemm::FusedLinear<Config, ExpCeEpilogue<kMaskColumns, kSoftcap>, cutlass::bfloat16_t,
+                                      cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops

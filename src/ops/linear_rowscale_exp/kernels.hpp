@@ -30,9 +30,11 @@ struct ExpCeArgs {
 };
 
 namespace exp_ce_kernels {
-/// bf16, pingpong 128x128, no column mask: whole 128-column tiles of the vocabulary (the epilogue's exp and tanh per
-/// element overlap the other warpgroup's MMA).
+/// bf16, pingpong 128x128, no column mask, no softcap: whole 128-column tiles of the vocabulary (the epilogue's exp
+/// per element overlaps the other warpgroup's MMA).
 gemm::KernelOps<ExpCeArgs> const& fwd_bf16_pp_128x128x64_c2x1();
+/// The same with softcap compiled in (the run-time choice costs a register the kernel does not have).
+gemm::KernelOps<ExpCeArgs> const& fwd_bf16_softcap_pp_128x128x64_c2x1();
 /// bf16, pingpong 128x64 with the column mask: the vocabulary's last V % 128 columns and the padding after them.
 gemm::KernelOps<ExpCeArgs> const& fwd_bf16_masked_pp_128x64x64_c2x1();
 }  // namespace exp_ce_kernels

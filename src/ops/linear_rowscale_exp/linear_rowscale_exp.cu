@@ -34,7 +34,8 @@ ExpCeWorkspace exp_ce_workspace(int64_t M, int64_t N, int64_t V) {
 ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w,
                                    int64_t ldw, ExpCeArgs args, void* e, int64_t ld_e, void* workspace,
                                    size_t workspace_bytes, cudaStream_t stream) {
-  gemm::KernelOps<ExpCeArgs> const& main = exp_ce_kernels::fwd_bf16_pp_128x128x64_c2x1();
+  gemm::KernelOps<ExpCeArgs> const& main = args.softcap > 0.0f ? exp_ce_kernels::fwd_bf16_softcap_pp_128x128x64_c2x1()
+                                                                 : exp_ce_kernels::fwd_bf16_pp_128x128x64_c2x1();
   gemm::KernelOps<ExpCeArgs> const& tail = exp_ce_kernels::fwd_bf16_masked_pp_128x64x64_c2x1();
   require_tile(main, kMainTileN);
   require_tile(tail, kTailTileN);
