@@ -50,8 +50,8 @@ CUTLASS_DEVICE float tanh_ex2(float x) {
   return fmaf(-2.0f, r, 1.0f);
 }
 
-/// Softcap compiled in (kOn), out (kOff: cap ignored), or chosen per call (kRunTime). The pingpong 128x128 kernel
-/// has no register to spare for the run-time choice (both paths live in one allocation: it spilled 4 bytes).
+/// Softcap compiled in (kOn), out (kOff: cap ignored), or chosen per call (kRunTime: both paths in one register
+/// allocation, which the pingpong 128x128 kernel has no room for; only the masked 128x64 kernel uses it).
 enum class SoftcapMode { kOff, kOn, kRunTime };
 
 /// Run-time arguments of ExpCe (all pointers device memory).
@@ -164,8 +164,7 @@ struct ExpCe : Sm90StoreOnlyNode {
           int const m = m_first + m_rel;
           ks(i) = params->offset[m] * kLog2e;  // +inf stays +inf, NaN stays NaN
           // kOff: rstd log2e, so that x = acc rstd log2e - k2 is one FMA, e = 2^x, and the dot sums x e (reduce()
-          // adds k2 sum e and scales by ln 2: l = (x + k2) ln 2). With l = rstd acc kept per element the pingpong
-          // 128x128 kernel spilled 4-12 bytes.
+          // adds k2 sum e and scales by ln 2: l = (x + k2) ln 2): fewer values live per element.
           rs(i) = kSoftcap == SoftcapMode::kOff ? params->rstd[m] * kLog2e : params->rstd[m];
           int64_t const t = params->targets_int64
                                 ? static_cast<int64_t const*>(params->targets)[m]

@@ -30,18 +30,18 @@ struct ExpCeArgs {
 };
 
 namespace exp_ce_kernels {
-/// bf16, pingpong 128x128, no column mask, no softcap: whole 128-column tiles of the vocabulary (the epilogue's exp
-/// per element overlaps the other warpgroup's MMA).
-gemm::KernelOps<ExpCeArgs> const& fwd_bf16_pp_128x128x64_c2x1();
-/// The same with softcap compiled in (the run-time choice costs a register the kernel does not have).
+/// bf16, cooperative 128x256, no column mask, no softcap: whole 256-column tiles of the vocabulary.
+gemm::KernelOps<ExpCeArgs> const& fwd_bf16_coop_128x256x64_c2x1();
+/// bf16, pingpong 128x128 with softcap compiled in: whole 128-column tiles (the epilogue's tanh and exp per element
+/// overlap the other warpgroup's MMA).
 gemm::KernelOps<ExpCeArgs> const& fwd_bf16_softcap_pp_128x128x64_c2x1();
 /// bf16, pingpong 128x64 with the column mask: the vocabulary's last V % 128 columns and the padding after them.
 gemm::KernelOps<ExpCeArgs> const& fwd_bf16_masked_pp_128x64x64_c2x1();
 }  // namespace exp_ce_kernels
 
 /// The partials of one run: two fp32 [T, Mpad] buffers (sumexp, dot), each on a 256-byte boundary; element (t, m)
-/// at m + m_pad * t; T = V128 / 128 + ceil((N - V128) / 64) tiles (V128 = vocab rounded down to 128),
-/// Mpad = round_up(M, 128).
+/// at m + m_pad * t; T = Vm / Tm + ceil((N - Vm) / 64) tiles (Tm the main kernel's tile width, 256 without softcap
+/// and 128 with it, Vm = vocab rounded down to Tm), Mpad = round_up(M, 128).
 struct ExpCeWorkspace {
   int64_t tiles = 0;
   int64_t m_pad = 0;
@@ -51,13 +51,14 @@ struct ExpCeWorkspace {
     return reinterpret_cast<float*>(static_cast<char*>(base) + static_cast<size_t>(k) * slot);
   }
 };
-/// The workspace of linear_rowscale_exp for M rows, N GEMM columns and the vocabulary V <= N.
+/// The workspace of linear_rowscale_exp for M rows, N GEMM columns and the vocabulary V <= N (the larger of the two
+/// main kernels' layouts, so one size serves both).
 ExpCeWorkspace exp_ce_workspace(int64_t M, int64_t N, int64_t V);
 
 /// E [M, N] bf16 (row stride ld_e) = s (.) exp(c - K) of l = diag(rstd) h w^T, h [M, K] (ldh), w [N, K] (ldw),
 /// bf16; columns >= V (args.vocab) stored as 0 and left out of the partials; the partials into `workspace`
-/// (exp_ce_workspace(M, N, V).bytes(), 16-byte aligned). Columns [0, V128) run on the unmasked 128x128 kernel,
-/// [V128, N) on the masked 128x64 one. M, N, K >= 1, V <= N. Enqueues the GEMMs on `stream`; returns the partials'
+/// (exp_ce_workspace(M, N, V).bytes(), 16-byte aligned). Columns [0, Vm) run on the unmasked main kernel,
+/// [Vm, N) on the masked 128x64 one. M, N, K >= 1, V <= N. Enqueues the GEMMs on `stream`; returns the partials'
 /// layout. Throws coda::detail::Error.
 ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w,
                                    int64_t ldw, ExpCeArgs args, void* e, int64_t ld_e, void* workspace,

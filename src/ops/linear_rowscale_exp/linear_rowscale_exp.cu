@@ -1,5 +1,5 @@
-// Dispatch of the exponential-form LM-head logits GEMM (host only, no CUTLASS): whole 128-column tiles of the
-// vocabulary on the unmasked kernel, the rest (V % 128 columns and the padding to N) on the masked narrow one, both
+// Dispatch of the exponential-form LM-head logits GEMM (host only, no CUTLASS): whole tiles of the vocabulary on the
+// unmasked kernel, the rest (V % tile columns and the padding to N) on the masked narrow one, both
 // writing into one set of partials carved out of the caller's workspace.
 #include "ops/linear_rowscale_exp/kernels.hpp"
 
@@ -11,7 +11,7 @@
 namespace coda::ops {
 
 namespace {
-constexpr int64_t kTileM = 128, kMainTileN = 128, kTailTileN = 64;
+constexpr int64_t kTileM = 128, kTailTileN = 64;
 
 void require_tile(gemm::KernelOps<ExpCeArgs> const& k, int64_t tile_n) {
   if (k.info.tile_m != kTileM || k.info.tile_n != tile_n) {
@@ -19,29 +19,39 @@ void require_tile(gemm::KernelOps<ExpCeArgs> const& k, int64_t tile_n) {
                        " does not have the tile its partials are laid out for");
   }
 }
-}  // namespace
 
-ExpCeWorkspace exp_ce_workspace(int64_t M, int64_t N, int64_t V) {
+ExpCeWorkspace layout(int64_t M, int64_t N, int64_t V, int64_t main_tile_n) {
   ExpCeWorkspace w;
   if (M <= 0 || N <= 0) return w;
-  int64_t const v128 = V / kMainTileN * kMainTileN;
-  w.tiles = v128 / kMainTileN + (N - v128 + kTailTileN - 1) / kTailTileN;
+  int64_t const vm = V / main_tile_n * main_tile_n;
+  w.tiles = vm / main_tile_n + (N - vm + kTailTileN - 1) / kTailTileN;
   w.m_pad = (M + kTileM - 1) / kTileM * kTileM;
   w.slot = (static_cast<size_t>(w.tiles * w.m_pad) * sizeof(float) + 255) / 256 * 256;
   return w;
+}
+}  // namespace
+
+ExpCeWorkspace exp_ce_workspace(int64_t M, int64_t N, int64_t V) {
+  ExpCeWorkspace const a = layout(M, N, V, 128), b = layout(M, N, V, 256);
+  return a.bytes() >= b.bytes() ? a : b;
 }
 
 ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w,
                                    int64_t ldw, ExpCeArgs args, void* e, int64_t ld_e, void* workspace,
                                    size_t workspace_bytes, cudaStream_t stream) {
-  gemm::KernelOps<ExpCeArgs> const& main = args.softcap > 0.0f ? exp_ce_kernels::fwd_bf16_softcap_pp_128x128x64_c2x1()
-                                                                 : exp_ce_kernels::fwd_bf16_pp_128x128x64_c2x1();
+  bool const softcap = args.softcap > 0.0f;
+  gemm::KernelOps<ExpCeArgs> const& main = softcap ? exp_ce_kernels::fwd_bf16_softcap_pp_128x128x64_c2x1()
+                                                   : exp_ce_kernels::fwd_bf16_coop_128x256x64_c2x1();
   gemm::KernelOps<ExpCeArgs> const& tail = exp_ce_kernels::fwd_bf16_masked_pp_128x64x64_c2x1();
-  require_tile(main, kMainTileN);
+  int64_t const main_tile_n = softcap ? 128 : 256;
+  require_tile(main, main_tile_n);
   require_tile(tail, kTailTileN);
   int64_t const V = args.vocab;
   if (V < 1 || V > N) coda::detail::fail(CODA_ERROR_INTERNAL, "linear_rowscale_exp: vocab ", V, " outside [1, ", N, "]");
-  ExpCeWorkspace const ws = exp_ce_workspace(M, N, V);
+  ExpCeWorkspace const ws = layout(M, N, V, main_tile_n);
+  if (ws.bytes() > exp_ce_workspace(M, N, V).bytes()) {
+    coda::detail::fail(CODA_ERROR_INTERNAL, "linear_rowscale_exp: layout larger than exp_ce_workspace");
+  }
   if (workspace_bytes < ws.bytes() || workspace == nullptr || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {
     coda::detail::fail(CODA_ERROR_WORKSPACE, "linear_rowscale_exp: needs ", ws.bytes(),
                        " bytes of 16-byte aligned workspace for the partials, got ", workspace_bytes);
@@ -49,7 +59,7 @@ ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* 
   args.part_sumexp = ws.buffer(workspace, 0);
   args.part_dot = ws.buffer(workspace, 1);
   args.m_pad = ws.m_pad;
-  int64_t const v128 = V / kMainTileN * kMainTileN;
+  int64_t const v128 = V / main_tile_n * main_tile_n;  // whole main tiles
   gemm::Operands op;
   op.M = M, op.K = K;
   op.A = h, op.lda = ldh;
@@ -70,7 +80,7 @@ ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* 
     op.B = static_cast<char const*>(w) + v128 * ldw * 2;
     op.D = static_cast<char*>(e) + v128 * 2;
     args.vocab = V - v128;
-    args.tile_base = v128 / kMainTileN;
+    args.tile_base = v128 / main_tile_n;
     args.col_base = v128;
     tail.run(op, args, raster_n(8), nullptr, 0, stream);
   }
