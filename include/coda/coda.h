@@ -251,6 +251,10 @@ CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, i
  *   each row receives under options->reduction and grad_loss over all M rows: a mean divides by the number of
  *   non-ignored rows of the whole batch); then B2 with D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
  *   c = x rstd; dW += dl^T a (fp32, across chunks); dgamma = sum over chunks (fixed order, deterministic).
+ * With CODA_LCE_EXP=1 (opt-in), bf16 without label smoothing runs the same math in exponential form (MATH.md F6,
+ * exponential form): the recomputed GEMM stores s exp(c - K) with one offset K per row (the capped target logit), a
+ * per-row scale v makes it dl, and no pass over the chunk's [rows, V] runs between the GEMMs; a row whose per-token
+ * loss exceeds ~40 nats is recomputed with its row max as offset.
  * \param h [M,d] bf16|fp16: x * gamma as given to the forward (keep it, or recompute with coda_rmsnorm_prepare).
  * \param w [V,d] same dtype, any V (V % 8 != 0: the chunks run on a zero-padded copy of w in the workspace).
  * \param rstd [M] fp32 (the final norm's). \param x [M,d] same dtype (the residual stream the final norm
@@ -263,7 +267,8 @@ CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, i
  *        a training step then needs no separate forward call (3 GEMMs of M x V x d per step instead of 4).
  * Workspace: coda_linear_cross_entropy_bwd_workspace_size(M, V, d, chunk_rows) bytes (one chunk of logits, a, zdz,
  * the per-row losses, the per-chunk dgamma rows and the ops' workspaces; for V % 8 != 0 also the padded copy of w
- * and an 8-row fp32 dW tail).
+ * and an 8-row fp32 dW tail; the exponential form's per-row vectors and per-tile sums, 2 x 4 x chunk_rows x V/128
+ * bytes).
  */
 CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const coda_tensor* w,
                                                    const coda_tensor* rstd, const coda_tensor* x,

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_util.hpp"
+
 namespace coda::test {
 
 /// The configs `op` (its C ABI name, "coda_" optional) compiles for `dtype`, as libcoda lists them
@@ -52,29 +54,10 @@ class UseFp16 {
 
 inline std::string config_name(char const* config) { return config != nullptr ? config : "default"; }
 
-/// Sets CODA_OP_CONFIG (or unsets it for nullptr) for the lifetime of the object, then restores the previous value.
-class PinConfig {
+/// Sets CODA_OP_CONFIG (or unsets it for nullptr) for the lifetime of the object.
+class PinConfig : public ScopedEnv {
  public:
-  explicit PinConfig(char const* config) {
-    if (char const* outer = std::getenv("CODA_OP_CONFIG")) outer_ = outer;
-    if (config != nullptr) {
-      setenv("CODA_OP_CONFIG", config, 1);
-    } else {
-      unsetenv("CODA_OP_CONFIG");
-    }
-  }
-  ~PinConfig() {  // restores the value the test started with (a pin set from outside, or none)
-    if (outer_) {
-      setenv("CODA_OP_CONFIG", outer_->c_str(), 1);
-    } else {
-      unsetenv("CODA_OP_CONFIG");
-    }
-  }
-  PinConfig(PinConfig const&) = delete;
-  PinConfig& operator=(PinConfig const&) = delete;
-
- private:
-  std::optional<std::string> outer_;
+  explicit PinConfig(char const* config) : ScopedEnv("CODA_OP_CONFIG", config) {}
 };
 
 struct Shape {

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,5 +86,32 @@ inline coda_tensor device_tensor(void* ptr, coda_dtype dtype, std::initializer_l
   t.device = device;
   return t;
 }
+
+/// Sets the environment variable `name` to `value` (or unsets it for nullptr) for the lifetime of the object, then
+/// restores the previous value (one set from outside, or none).
+class ScopedEnv {
+ public:
+  ScopedEnv(char const* name, char const* value) : name_(name) {
+    if (char const* outer = std::getenv(name)) outer_ = outer;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (outer_) {
+      setenv(name_.c_str(), outer_->c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(ScopedEnv const&) = delete;
+  ScopedEnv& operator=(ScopedEnv const&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> outer_;
+};
 
 }  // namespace coda::test

@@ -3,17 +3,14 @@
 // rule, the unfused same-dtype pipeline giving the bound: dx, dW (fp32), dgamma and the loss, for every reduction, label
 // smoothing + z-loss + softcap, ignored rows (all of them too), chunk sizes that do and do not divide M, dx_in in
 // place, bf16 and fp16. Outputs poisoned first; two runs bit-identical. Every test skips without an sm_90 GPU.
-// The op has two internal paths with the same semantics, and each test says which of them its cases reach:
-// - bf16 with label_smoothing 0 (Case::extras kNoExtras, kZCap, kCap, kZ, kZ1): the exponential path. The GEMM
-//   epilogue stores E = s_j exp(c_j - K_m) with the per-row offset K_m = the (capped) target logit, a finishing kernel
-//   gives lse, the loss, the row scale and zdz, and rows with lse - K > 40 (a loss above ~40), or a z-loss factor
-//   1 + 2 z lse below 2^-10, are recomputed by the rescue kernel. Options' bf16 rows without extras, Llama32k,
-//   ConfidentRows' bf16 rows without extras, OptionsNoSmoothing (softcap and z-loss together and alone, V % 8 != 0,
-//   all rows ignored, M = 1), HugeLossRows (rows rescued next to rows not rescued; huge logits) and
-//   NegativeZLossFactor run here.
-// - fp16, or label smoothing (kLsZCap): the logits path (stored logits, then the cross-entropy kernel): Options'
-//   kLsZCap and fp16 rows, ConfidentRows' kLsZCap and fp16 rows, the first case of LinearCrossEntropyBwdSanitize.Small
-//   (its other two take the exponential path, one of them with rescued rows).
+// The op has two internal paths with the same semantics. The logits path (stored logits, then the cross-entropy
+// kernel) is the default. The exponential form (CODA_LCE_EXP=1, bf16 with label_smoothing 0; ExpForm below) stores
+// E = s_j exp(c_j - K_m) with the per-row offset K_m = the (capped) target logit; a finishing kernel gives lse, the
+// loss, the row scale and zdz in the GEMM's own terms, and rows with lse - K > 40 (a loss above ~40), or a z-loss
+// factor 1 + 2 z lse below 2^-10, are recomputed by the rescue kernel. It runs in OptionsNoSmoothing (softcap and
+// z-loss together and alone, V % 8 != 0, all rows ignored, M = 1), ConfidentRowsExpForm, HugeLossRows (rows rescued
+// next to rows not rescued; huge logits), NegativeZLossFactor and the last two cases of
+// LinearCrossEntropyBwdSanitize.Small; every other case runs the logits path.
 #include <coda/coda.h>
 #include <gtest/gtest.h>
 
@@ -248,6 +245,12 @@ void check(Case const& c, uint64_t seed, double confident_logit = 0.0, Spread co
 }
 
 // Options' bf16 rows without extras take the exponential path, its kLsZCap and fp16 rows the logits path.
+/// CODA_LCE_EXP=1 for the scope: bf16 without label smoothing takes the exponential form (opt-in).
+class ExpForm : public coda::test::ScopedEnv {
+ public:
+  ExpForm() : ScopedEnv("CODA_LCE_EXP", "1") {}
+};
+
 TEST(LinearCrossEntropyBwd, Options) {
   CODA_REQUIRE_SM90();
   std::vector<Case> const cases = {
@@ -273,6 +276,7 @@ TEST(LinearCrossEntropyBwd, Options) {
 // sit next to 13 real ones with lse ~2.3-3.1, so counting them would move each loss by ~0.2).
 TEST(LinearCrossEntropyBwd, OptionsNoSmoothing) {
   CODA_REQUIRE_SM90();
+  ExpForm const exp_form;
   std::vector<Case> const cases = {
       {300, 1003, 256, 128, CODA_REDUCTION_MEAN, 0.1, true, true, kZCap, CODA_BF16},     // 3 chunks, last partial
       {300, 1003, 256, 100, CODA_REDUCTION_SUM, 0.0, false, false, kZCap, CODA_BF16},    // chunks divide M
@@ -309,6 +313,17 @@ TEST(LinearCrossEntropyBwd, ConfidentRows) {
   check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 743, 25.0);
 }
 
+// The same confident rows in exponential form: p_t - 1 there comes from the GEMM's own e_t and row sum (the finish
+// works in the GEMM's terms; a recomputed target logit would leave ~1e-5 of e_t in it, the whole gradient). Also the
+// llama-like 32k vocabulary.
+TEST(LinearCrossEntropyBwd, ConfidentRowsExpForm) {
+  CODA_REQUIRE_SM90();
+  ExpForm const exp_form;
+  check({300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 740, 25.0);
+  check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 743, 25.0);
+  check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 720);
+}
+
 // The exponential path's rescue: rows whose loss lse - K exceeds 40 (K the capped target logit) are recomputed, and
 // above ~88.7 exp(c - K) overflows even fp32, so E is inf there. All bf16, label_smoothing 0. check counts the rows
 // in the float64 reference, prints the counts and stops below the minima given; the counts quoted here are those
@@ -336,6 +351,7 @@ TEST(LinearCrossEntropyBwd, ConfidentRows) {
 //     rows 2 mod 4. Of 60 non-ignored rows 29 above 40 (lse 10.7-20.4), 15 above 90, 31 at or below 40.
 TEST(LinearCrossEntropyBwd, HugeLossRows) {
   CODA_REQUIRE_SM90();
+  ExpForm const exp_form;
   check({300, 1003, 256, 128, CODA_REDUCTION_MEAN, 0.05, true, true, kNoExtras, CODA_BF16}, 770, 0.0,
         {1.0, {-95.0, -50.0, -20.0, 0.0}, 100, 40, 100});
   check({300, 1000, 256, 100, CODA_REDUCTION_NONE, 0.1, true, false, kZ, CODA_BF16}, 771, 150.0,
@@ -357,12 +373,14 @@ TEST(LinearCrossEntropyBwd, HugeLossRows) {
 // (7 with |a| < 0.05, next to the switch).
 TEST(LinearCrossEntropyBwd, NegativeZLossFactor) {
   CODA_REQUIRE_SM90();
+  ExpForm const exp_form;
   check({300, 1, 256, 128, CODA_REDUCTION_MEAN, 0.05, true, true, kZ1, CODA_BF16}, 776);
 }
 
 TEST(LinearCrossEntropyBwdSanitize, Small) {
   CODA_REQUIRE_SM90();
   check({100, 264, 136, 32, CODA_REDUCTION_MEAN, 0.1, true, true, kLsZCap, CODA_BF16}, 730);  // logits path
+  ExpForm const exp_form;
   check({100, 261, 136, 32, CODA_REDUCTION_MEAN, 0.1, true, true, kZCap, CODA_BF16}, 731);    // exponential path
   // Exponential path with rescued rows (targets pushed to -95 and -50 on rows 0 and 1 mod 4) beside others.
   check({64, 264, 136, 32, CODA_REDUCTION_SUM, 0.1, true, false, kNoExtras, CODA_BF16}, 732, 0.0,
