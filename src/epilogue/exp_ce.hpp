@@ -22,9 +22,9 @@
 //
 // How: as OnlineLse (online_lse.hpp): per-row register state through stride-0 tensors, quad xor-shuffle merge in
 // reduce() on the last subtile, K * log2e, rstd and the target column loaded once per owned row in begin(), the
-// target's e kept until reduce() in the register that held its column (a store straight from visit() spilled 96
-// bytes, a register of its own 8: the pingpong 128x128 kernel has 168 registers per thread at compile time, 128 of
-// them the accumulator).
+// target's e kept until reduce() in the register that held its column (on pingpong 128x128, whose 128 accumulators
+// leave 40 of 168 registers, a store straight from visit() spilled 96 bytes and a register of its own 8; without
+// softcap even this spilled 4, so that variant runs on the cooperative 128x256 tile: ops/linear_rowscale_exp).
 #pragma once
 
 #include <cstdint>

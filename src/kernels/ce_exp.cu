@@ -3,7 +3,8 @@
 //
 //   ce_exp_offset  one warp per row: l_t = rstd <h_m, w_t> and K[m] = cap(l_t) (fp32), K = +inf for an ignored row,
 //                  NaN for a target outside [0, V); resets the flag count. K is only an offset: any value near c_t
-//                  works; l_t is the target logit of the loss (the GEMM's own differs by fp32 summation order).
+//                  works. This l_t serves s_t and zdz's target term only; p_t and the loss come from the GEMM's own
+//                  e_t (this one differs by fp32 summation order).
 //   ce_exp_finish  per row, from the GEMM's per-tile sums (double, order fixed by T): lse, the loss, the row scale v,
 //                  the scaled row dot, and the target entry of E. A row whose lse - K exceeds kMaxGap (a per-token
 //                  loss above ~40 nats) or whose z-loss factor a is not comfortably positive is put on a list.
