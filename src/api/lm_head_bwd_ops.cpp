@@ -69,6 +69,7 @@ struct Plan {
   float* offset = nullptr;   // [C] exponential form: K, l_t, v, the flagged rows and their count, the GEMM's partials
   float* target_logit = nullptr;
   float* target_e = nullptr;
+  float* target_lo = nullptr;
   float* v = nullptr;
   int* flagged = nullptr;
   unsigned* flag_count = nullptr;
@@ -100,6 +101,7 @@ Plan plan(int64_t M, int64_t V, int64_t d, int64_t chunk_rows, void* workspace) 
   p.offset = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.target_logit = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.target_e = static_cast<float*>(take(static_cast<size_t>(C) * 4));
+  p.target_lo = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.v = static_cast<float*>(take(static_cast<size_t>(C) * 4));
   p.flagged = static_cast<int*>(take(static_cast<size_t>(C) * 4));
   p.flag_count = static_cast<unsigned*>(take(sizeof(unsigned)));
@@ -231,6 +233,7 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
         ce.offset = p.offset;
         ce.target_logit = p.target_logit;
         ce.target_e = p.target_e;
+        ce.target_lo = p.target_lo;
         ce.e = p.logits, ce.ld_e = Vp;
         ce.loss = loss_rows + r0;
         ce.v = p.v;
@@ -289,6 +292,17 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
         coda_tensor tail = view2d(p.dw_tail, CODA_FP32, 8, d, d, device);
         step(coda_gemm(&tail_t, &a_t, &tail, 1.0f, c > 0 ? 1 : 0, p.op_ws, p.op_ws_bytes, stream),
              "dW tail += dlogits^T a");
+      }
+      if (exp_form) {  // E's target entries exactly: their bf16 residuals times a, added after the wgrad
+        coda::kernels::CeTargetFixArgs fix;
+        fix.M = rows, fix.V = V, fix.d = d;
+        fix.targets = t_c.data, fix.targets_int64 = targets64;
+        fix.lo = p.target_lo;
+        fix.a = p.a, fix.ld_a = d;
+        fix.dw = static_cast<float*>(dw_out->data), fix.ld_dw = V > 1 ? DW.stride(0) : d;
+        fix.V8 = V8;
+        fix.dw_tail = Vp != V ? p.dw_tail : nullptr;
+        coda::kernels::ce_exp_target_fix(fix, st);
       }
     }
     if (Vp != V) {

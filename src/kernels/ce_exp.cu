@@ -8,6 +8,8 @@
 //   ce_exp_finish  per row, from the GEMM's per-tile sums (double, order fixed by T): lse, the loss, the row scale v,
 //                  the scaled row dot, and the target entry of E. A row whose lse - K exceeds kMaxGap (a per-token
 //                  loss above ~40 nats) or whose z-loss factor a is not comfortably positive is put on a list.
+//   ce_exp_target_fix after the chunk's wgrad: dW[t_m, :] += (E_t - R(E_t)) a[m, :], the target entry's bf16
+//                  rounding undone (deterministic, no atomics).
 //   ce_exp_rescue  always launched; exits at once when the list is empty. Per listed row, one block recomputes the
 //                  row's logits three times (max, sums, store; one warp per logit) and rewrites the E row, loss, v and
 //                  row dot with the row max as offset. Milliseconds per row (three passes over w), but only rows
@@ -103,6 +105,15 @@ __global__ void ce_exp_offset_kernel(CeExpArgs a) {
   }
 }
 
+/// E[m, t] = R(value), and the rounding's residual value - R(value) for ce_exp_target_fix: the target entry is the
+/// one E value of a row whose bf16 rounding shows (dl_t = v E_t is a row's largest gradient entry; the logits
+/// path's dl_t ~ -1 rounds finer, bench/python/lce_target_rounding.py).
+__device__ __forceinline__ void store_target_entry(CeExpArgs const& a, int64_t m, int64_t t, double value) {
+  __nv_bfloat16 const hi = __double2bfloat16(value);
+  static_cast<__nv_bfloat16*>(a.e)[m * a.ld_e + t] = hi;
+  a.target_lo[m] = static_cast<float>(value - static_cast<double>(__bfloat162float(hi)));
+}
+
 // Finish: 32 rows (x, coalesced over the m-major partials) by kPhases tile phases (y), combined over y in order.
 constexpr int kRows = 32;
 constexpr int kPhases = 8;
@@ -139,6 +150,7 @@ __global__ void __launch_bounds__(kRows * kPhases) ce_exp_finish_kernel(CeExpArg
     a.loss[m] = fill;
     a.v[m] = fill;
     a.zdz[m] = fill;
+    a.target_lo[m] = 0.0f;
     return;
   }
   // Everything in the GEMM's own terms: its e_j = 2^(c_j log2e - k2) with k2 = fl(K log2e), so its offset is
@@ -164,7 +176,7 @@ __global__ void __launch_bounds__(kRows * kPhases) ce_exp_finish_kernel(CeExpArg
   a.loss[m] = static_cast<float>(log_s - log(et) + z * lse * lse);  // lse - c_t = -log p_t
   a.v[m] = static_cast<float>(g * A / se);
   a.zdz[m] = static_cast<float>((dot - st * lt * se / A) / static_cast<double>(a.d));
-  static_cast<__nv_bfloat16*>(a.e)[m * a.ld_e + t] = __double2bfloat16(st * (et - se / A));
+  store_target_entry(a, m, t, st * (et - se / A));
 }
 
 constexpr int kRescueThreads = 1024;
@@ -241,9 +253,10 @@ __global__ void __launch_bounds__(kRescueThreads) ce_exp_rescue_kernel(CeExpArgs
       float c, s;
       cap_f(l, cap, inv_cap, c, s);
       double const e = exp(static_cast<double>(c) - K);
-      if (lane == 0) e_row[j] = __double2bfloat16(j == t ? st * (A * exp(ct - K) - r) : A * s * e);
+      if (lane == 0 && j != t) e_row[j] = __double2bfloat16(A * s * e);
     }
     if (threadIdx.x == 0) {
+      store_target_entry(a, m, t, st * (A * exp(ct - K) - r));
       double const g = grad_of(a, m);
       a.loss[m] = static_cast<float>(lse - ct + z * lse * lse);
       a.v[m] = static_cast<float>(g / r);
@@ -252,7 +265,56 @@ __global__ void __launch_bounds__(kRescueThreads) ce_exp_rescue_kernel(CeExpArgs
   }
 }
 
+// Target fix: dW[t_m, :] += lo_m a[m, :] for every row with lo_m != 0. Block b owns the vocabulary rows
+// [b V / G, (b + 1) V / G) and walks the chunk's rows in index order (a ballot compaction per 256 rows keeps the
+// order), its threads over the hidden dimension: each dW element is updated by one thread, rows in a fixed order,
+// no atomics.
+constexpr int kFixThreads = 256;
+constexpr int kFixBlocks = 264;
+
+__global__ void __launch_bounds__(kFixThreads) ce_exp_target_fix_kernel(CeTargetFixArgs f) {
+  __shared__ int list[kFixThreads];
+  __shared__ int warp_base[kFixThreads / 32 + 1];
+  int64_t const v0 = f.V * blockIdx.x / gridDim.x, v1 = f.V * (blockIdx.x + 1) / gridDim.x;
+  int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t m0 = 0; m0 < f.M; m0 += kFixThreads) {
+    int64_t const m = m0 + threadIdx.x;
+    bool match = false;
+    if (m < f.M) {
+      int64_t const t = load_target(f.targets, f.targets_int64, m);
+      match = t >= v0 && t < v1 && f.lo[m] != 0.0f;
+    }
+    unsigned const ballot = __ballot_sync(kFullMask, match);
+    if (lane == 0) warp_base[warp + 1] = __popc(ballot);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      warp_base[0] = 0;
+      for (int w = 1; w <= kFixThreads / 32; ++w) warp_base[w] += warp_base[w - 1];
+    }
+    __syncthreads();
+    if (match) list[warp_base[warp] + __popc(ballot & ((1u << lane) - 1u))] = static_cast<int>(m);
+    __syncthreads();
+    int const count = warp_base[kFixThreads / 32];
+    for (int i = 0; i < count; ++i) {
+      int64_t const r = list[i];
+      int64_t const t = load_target(f.targets, f.targets_int64, r);
+      float* row = t < f.V8 ? f.dw + t * f.ld_dw : f.dw_tail + (t - f.V8) * f.d;
+      auto const* a_row = static_cast<__nv_bfloat16 const*>(f.a) + r * f.ld_a;
+      float const lo = f.lo[r];
+      for (int64_t n = threadIdx.x; n < f.d; n += kFixThreads) row[n] = fmaf(lo, __bfloat162float(a_row[n]), row[n]);
+    }
+    __syncthreads();  // list and warp_base reused
+  }
+}
+
 }  // namespace
+
+void ce_exp_target_fix(CeTargetFixArgs const& args, cudaStream_t stream) {
+  if (args.M <= 0) return;
+  unsigned const blocks = static_cast<unsigned>(args.V < kFixBlocks ? args.V : kFixBlocks);
+  ce_exp_target_fix_kernel<<<blocks, kFixThreads, 0, stream>>>(args);
+  CODA_CUDA_CHECK(cudaGetLastError());
+}
 
 void ce_exp_offset(CeExpArgs const& args, cudaStream_t stream) {
   if (args.M <= 0) return;

@@ -118,6 +118,7 @@ struct CeExpArgs {
   float* offset = nullptr;              ///< [M] K
   float* target_logit = nullptr;        ///< [M] l_t (raw, fp32), written by ce_exp_offset
   float* target_e = nullptr;            ///< [M] the GEMM's exp(c_t - K) (ce_exp_offset sets NaN: never read unset)
+  float* target_lo = nullptr;           ///< [M] E[m, t] - R(E[m, t]) (0 for ignored rows), for ce_exp_target_fix
   void* e = nullptr;                    ///< [M, >= V] bf16 E, row stride ld_e
   int64_t ld_e = 0;
   float* loss = nullptr;                ///< [M] per-row loss (0 ignored, NaN for a target outside [0, V))
@@ -132,6 +133,22 @@ void ce_exp_offset(CeExpArgs const& args, cudaStream_t stream);
 /// Per row from the partials: loss, v, zdz, E[m, t]; rows with lse - K > 40 (or a z-loss factor below 2^-10) are
 /// listed for ce_exp_rescue instead.
 void ce_exp_finish(CeExpArgs const& args, cudaStream_t stream);
+/// ce_exp_target_fix's arguments: the chunk's rows, its wgrad output and the per-row residuals of E's target entry.
+struct CeTargetFixArgs {
+  int64_t M = 0, V = 0, d = 0;
+  void const* targets = nullptr;  ///< [M] int32 or int64
+  bool targets_int64 = false;
+  float const* lo = nullptr;      ///< [M] CeExpArgs::target_lo
+  void const* a = nullptr;        ///< [M, d] bf16 a_w (B2's a output), row stride ld_a
+  int64_t ld_a = 0;
+  float* dw = nullptr;            ///< fp32 rows [0, V8) of dW, row stride ld_dw
+  int64_t ld_dw = 0;
+  int64_t V8 = 0;                 ///< rows >= V8 go to dw_tail (V % 8 != 0)
+  float* dw_tail = nullptr;       ///< [8, d] fp32 rows [V8, V8 + 8), or nullptr when V8 == V
+};
+/// dW[t_m, :] += lo_m a[m, :] for the rows with a real target and lo_m != 0: the target entry of E exactly, not its
+/// bf16 rounding. Deterministic (each element updated by one thread, rows in index order).
+void ce_exp_target_fix(CeTargetFixArgs const& args, cudaStream_t stream);
 /// The listed rows recomputed with their row max as offset (E row, loss, v, zdz); up to sm_count blocks, each
 /// exiting at once when the list is empty.
 void ce_exp_rescue(CeExpArgs const& args, int sm_count, cudaStream_t stream);
