@@ -104,6 +104,7 @@ PASS = {"b3": "bwd", "b2": "bwd", "lm_head": "fwdbwd", "block": "fwdbwd"}
 # through torch.mm), the floor the issue measures the block against. Rows have suite "block".
 BLOCK_IMPLS = ("gemm_only", "coda", "torch_compile", "liger")
 GEMMS_PER_CALL = {"lm_head": 3, "rmsnorm": 0}
+MEMORY_OPS = ("lm_head", "block")  # ops whose rows carry peak_mib (the issue asks the LM head at no more memory)
 QUACK_CONFIGS = ("pp_128x192_c2x1", "pp_128x192_c1x2", "pp_192x128_c2x1", "pp_192x128_c1x2", "pp_128x128_c2x1",
                  "pp_128x128_c1x2", "coop_256x128_c2x1")
 QUACK_DEFAULT = "pp_128x192_c2x1"  # quack 0.6.5's sm90 default_config
@@ -786,6 +787,22 @@ def _first_call(fn, device):
     return out, {"first_call_s": time.perf_counter() - t0}
 
 
+def peak_mib(fn, device):
+    """The memory one call of fn allocates above what is allocated before it (MiB): torch's peak over the call, so
+    workspaces, the logits chunk and the outputs the call returns; what the caller keeps alive before it (inputs,
+    weights) is not counted. None off CUDA."""
+    if not is_cuda(device):
+        return None
+    _sync(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    out = fn()
+    _sync(device)
+    peak = torch.cuda.max_memory_allocated(device) - base
+    del out
+    return peak / 2**20
+
+
 def run_case(case, t, tol, device="cuda"):
     """Runs one case: first calls and output checks, the screen of the config short list (case.pinned), the warm-up
     of every contender, then t.rounds interleaved rounds. -> ({impl: result dict}, [screen result dicts]); a result
@@ -807,6 +824,11 @@ def run_case(case, t, tol, device="cuda"):
         if impl in refs:
             kept[impl] = out
         del out
+        if case.op in MEMORY_OPS:  # a second call: the first one's compiles and tuning allocate more than a step
+            try:
+                res[impl]["peak_mib"] = peak_mib(fn, device)
+            except Exception as e:
+                res[impl] = {"error": _err(e)}
     screen = []
     if case.pinned:
         s_measures, s_info = {}, {}
@@ -1009,6 +1031,8 @@ def readme(rows, meta=None):
     clocks = [f"{r['op']} {r['config']} {r['tokens']} {r['impl']} {r['clock_mhz']:.0f} MHz {r['watts']:.0f} W"
               for r in rows if not r.get("screen") and r.get("clock_mhz") and r.get("watts")]
     screened = sorted({r["quack_config"] for r in rows if r.get("screen") and r.get("quack_config")})
+    memory = [f"{r['op']} {r['config']} {r['tokens']} {r['impl']} {r['peak_mib']:.0f}"
+              for r in timed if r.get("peak_mib") is not None]
     run = []
     if meta.get("command"):
         run.append(f"Command: `{meta['command']}`")
@@ -1029,6 +1053,9 @@ def readme(rows, meta=None):
         markdown_table(rows), "",
         *(["Block forward + backward (suite `block`: bench_block.py's block, attention excluded; `GEMMs alone` its "
            "12 GEMMs through torch.mm):", "", block_table(rows), ""] if block_table(rows) else []),
+        *(["Peak memory of one call above what was allocated before it (MiB; workspaces, the logits chunk, the "
+           "outputs and gradients it returns; the inputs and weights not counted):", "", "; ".join(memory), ""]
+          if memory else []),
         "Clock and power during each contender's timing (medians over rounds):", "",
         "; ".join(clocks) or "(not sampled: pynvml missing)", "",
         "Errors:" if errs else "No errors.", *errs, ""])

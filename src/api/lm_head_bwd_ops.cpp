@@ -49,11 +49,11 @@ int64_t chunk_of(int64_t M, int64_t chunk_rows) {
 // The exponential form (MATH.md F6, "exponential form"): bf16 without label smoothing. Per chunk ce_exp_offset ->
 // the ExpCe logits GEMM (E = s exp(c - K) stored where the logits go) -> ce_exp_finish -> ce_exp_rescue -> B2 with
 // the row scale v -> the same dW GEMM on E. No pass over [C, V] between the GEMMs (F6 reads the logits twice and
-// writes dlogits). Opt-in (CODA_LCE_EXP=1) while one single-row case of the GPU tests misses the acceptance bound on
-// dW (LinearCrossEntropyBwd.Options, M = 1: 0.0216 against 0.0158; its one target entry E_t and a_w are two bf16
-// roundings where the logits path's dl_t ~ -1 rounds finer); every other case passes.
+// writes dlogits). The default for those; CODA_LCE_LOGITS=1 forces the logits path (F2 -> F6 -> B2), which fp16 and
+// label smoothing always take. The target entry E_t is carried as its bf16 value plus the residual lo, which
+// ce_exp_target_fix adds to dW's target rows after each chunk's wgrad, so dl_t is as exact as the logits path's.
 bool exponential_form(coda_dtype dt, coda_ce_options const& o) {
-  return dt == CODA_BF16 && o.label_smoothing == 0.0f && coda::runtime::env_flag("CODA_LCE_EXP");
+  return dt == CODA_BF16 && o.label_smoothing == 0.0f && !coda::runtime::env_flag("CODA_LCE_LOGITS");
 }
 
 struct Plan {

@@ -3,15 +3,12 @@
 // rule, the unfused same-dtype pipeline giving the bound: dx, dW (fp32), dgamma and the loss, for every reduction, label
 // smoothing + z-loss + softcap, ignored rows (all of them too), chunk sizes that do and do not divide M, dx_in in
 // place, bf16 and fp16. Outputs poisoned first; two runs bit-identical. Every test skips without an sm_90 GPU.
-// The op has two internal paths with the same semantics. The logits path (stored logits, then the cross-entropy
-// kernel) is the default. The exponential form (CODA_LCE_EXP=1, bf16 with label_smoothing 0; ExpForm below) stores
-// E = s_j exp(c_j - K_m) with the per-row offset K_m = the (capped) target logit; a finishing kernel gives lse, the
-// loss, the row scale and zdz in the GEMM's own terms, and rows with lse - K > 40 (a loss above ~40), or a z-loss
-// factor 1 + 2 z lse below 2^-10, are recomputed by the rescue kernel. It runs in OptionsNoSmoothing (softcap and
-// z-loss together and alone, V % 8 != 0, all rows ignored, M = 1), ConfidentRowsExpForm, HugeLossRows (rows rescued
-// next to rows not rescued; huge logits), NegativeZLossFactor and the last two cases of
-// LinearCrossEntropyBwdSanitize.Small and OptionsExpForm (Options' cases again); every other case runs the logits
-// path.
+// The op has two internal paths with the same semantics. bf16 with label_smoothing 0 takes the exponential form by
+// default: it stores E = s_j exp(c_j - K_m) with the per-row offset K_m = the (capped) target logit; a finishing
+// kernel gives lse, the loss, the row scale and zdz in the GEMM's own terms, and rows with lse - K > 40 (a loss above
+// ~40), or a z-loss factor 1 + 2 z lse below 2^-10, are recomputed by the rescue kernel. fp16 and label smoothing take
+// the logits path (stored logits, then the cross-entropy kernel), and CODA_LCE_LOGITS=1 (LogitsPath below) forces it
+// for every case: OptionsLogitsPath and ConfidentRowsLogitsPath run the bf16 rows on it too.
 #include <coda/coda.h>
 #include <gtest/gtest.h>
 
@@ -245,13 +242,13 @@ void check(Case const& c, uint64_t seed, double confident_logit = 0.0, Spread co
   EXPECT_TRUE(Accepted("LM head bwd " + c.name() + " loss", acceptance(lm, unf.loss, ref.loss), print));
 }
 
-// Options' bf16 rows without extras take the exponential path, its kLsZCap and fp16 rows the logits path.
-/// CODA_LCE_EXP=1 for the scope: bf16 without label smoothing takes the exponential form (opt-in).
-class ExpForm : public coda::test::ScopedEnv {
+/// CODA_LCE_LOGITS=1 for the scope: every case takes the logits path (F2 -> F6 -> B2).
+class LogitsPath : public coda::test::ScopedEnv {
  public:
-  ExpForm() : ScopedEnv("CODA_LCE_EXP", "1") {}
+  LogitsPath() : ScopedEnv("CODA_LCE_LOGITS", "1") {}
 };
 
+// bf16 without label smoothing takes the exponential form, the kLsZCap and fp16 rows the logits path.
 void check_options() {
   std::vector<Case> const cases = {
       {300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.1, false, false, kNoExtras, CODA_BF16},  // 3 chunks, last partial
@@ -269,17 +266,18 @@ void check_options() {
   for (Case const& c : cases) check(c, seed++);
 }
 
+// The M = 1 case (seed 705) missed the dW bound in exponential form (0.0216 against 0.0158) before
+// ce_exp_target_fix: with one row dW's largest entries are the target column's, and E_t's bf16 rounding is coarser
+// than dl_t ~ -1's (bench/python/lce_target_rounding.py); the fix carries E_t's residual into dW.
 TEST(LinearCrossEntropyBwd, Options) {
   CODA_REQUIRE_SM90();
   check_options();
 }
 
-// The same cases with the exponential form on (its bf16 rows without label smoothing take it). The M = 1 case
-// (seed 705) missed the dW bound (0.0216 against 0.0158) before ce_exp_target_fix: with one row dW's largest entries
-// are the target column's, and E_t's bf16 rounding is coarser than dl_t ~ -1's (bench/python/lce_target_rounding.py).
-TEST(LinearCrossEntropyBwd, OptionsExpForm) {
+// The same cases, every one on the logits path.
+TEST(LinearCrossEntropyBwd, OptionsLogitsPath) {
   CODA_REQUIRE_SM90();
-  ExpForm const exp_form;
+  LogitsPath const logits_path;
   check_options();
 }
 
@@ -290,7 +288,6 @@ TEST(LinearCrossEntropyBwd, OptionsExpForm) {
 // sit next to 13 real ones with lse ~2.3-3.1, so counting them would move each loss by ~0.2).
 TEST(LinearCrossEntropyBwd, OptionsNoSmoothing) {
   CODA_REQUIRE_SM90();
-  ExpForm const exp_form;
   std::vector<Case> const cases = {
       {300, 1003, 256, 128, CODA_REDUCTION_MEAN, 0.1, true, true, kZCap, CODA_BF16},     // 3 chunks, last partial
       {300, 1003, 256, 100, CODA_REDUCTION_SUM, 0.0, false, false, kZCap, CODA_BF16},    // chunks divide M
@@ -319,8 +316,9 @@ TEST(LinearCrossEntropyBwd, Llama32k) {
 // logits while p came from the stored bf16 ones (c2a2cf7 reverted it; a float64 simulation put its target gradient
 // off by up to ~3e-2) fails the first case on the H200: dW error 2.18e-4 against a bound of 1.95e-4, dgamma 1.09e-4
 // against 5.76e-5 (bench/results/lm_head_one_read_h200/run2_negative_control.log).
-TEST(LinearCrossEntropyBwd, ConfidentRows) {
+TEST(LinearCrossEntropyBwd, ConfidentRowsLogitsPath) {
   CODA_REQUIRE_SM90();
+  LogitsPath const logits_path;
   check({300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 740, 25.0);
   check({300, 1000, 256, 100, CODA_REDUCTION_NONE, 0.0, true, true, kLsZCap, CODA_BF16}, 741, 25.0);  // softcap 30
   check({300, 1000, 256, 128, CODA_REDUCTION_SUM, 0.05, true, false, kNoExtras, CODA_FP16}, 742, 12.0);
@@ -330,9 +328,8 @@ TEST(LinearCrossEntropyBwd, ConfidentRows) {
 // The same confident rows in exponential form: p_t - 1 there comes from the GEMM's own e_t and row sum (the finish
 // works in the GEMM's terms; a recomputed target logit would leave ~1e-5 of e_t in it, the whole gradient). Also the
 // llama-like 32k vocabulary.
-TEST(LinearCrossEntropyBwd, ConfidentRowsExpForm) {
+TEST(LinearCrossEntropyBwd, ConfidentRows) {
   CODA_REQUIRE_SM90();
-  ExpForm const exp_form;
   check({300, 1000, 256, 128, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 740, 25.0);
   check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 743, 25.0);
   check({256, 32000, 512, 96, CODA_REDUCTION_MEAN, 0.05, false, false, kNoExtras, CODA_BF16}, 720);
@@ -365,7 +362,6 @@ TEST(LinearCrossEntropyBwd, ConfidentRowsExpForm) {
 //     rows 2 mod 4. Of 60 non-ignored rows 29 above 40 (lse 10.7-20.4), 15 above 90, 31 at or below 40.
 TEST(LinearCrossEntropyBwd, HugeLossRows) {
   CODA_REQUIRE_SM90();
-  ExpForm const exp_form;
   check({300, 1003, 256, 128, CODA_REDUCTION_MEAN, 0.05, true, true, kNoExtras, CODA_BF16}, 770, 0.0,
         {1.0, {-95.0, -50.0, -20.0, 0.0}, 100, 40, 100});
   check({300, 1000, 256, 100, CODA_REDUCTION_NONE, 0.1, true, false, kZ, CODA_BF16}, 771, 150.0,
@@ -387,14 +383,12 @@ TEST(LinearCrossEntropyBwd, HugeLossRows) {
 // (7 with |a| < 0.05, next to the switch).
 TEST(LinearCrossEntropyBwd, NegativeZLossFactor) {
   CODA_REQUIRE_SM90();
-  ExpForm const exp_form;
   check({300, 1, 256, 128, CODA_REDUCTION_MEAN, 0.05, true, true, kZ1, CODA_BF16}, 776);
 }
 
 TEST(LinearCrossEntropyBwdSanitize, Small) {
   CODA_REQUIRE_SM90();
   check({100, 264, 136, 32, CODA_REDUCTION_MEAN, 0.1, true, true, kLsZCap, CODA_BF16}, 730);  // logits path
-  ExpForm const exp_form;
   check({100, 261, 136, 32, CODA_REDUCTION_MEAN, 0.1, true, true, kZCap, CODA_BF16}, 731);    // exponential path
   // Exponential path with rescued rows (targets pushed to -95 and -50 on rows 0 and 1 mod 4) beside others.
   check({64, 264, 136, 32, CODA_REDUCTION_SUM, 0.1, true, false, kNoExtras, CODA_BF16}, 732, 0.0,
