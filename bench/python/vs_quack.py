@@ -140,13 +140,13 @@ def parse_quack_config(label):
 
 def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     """The impl names timed for op, in the order they are built (references first: cuBLAS, then CODA, then CODA
-    with each --coda-pins config: `coda:PIN`, lm_head's torch_compile, quack's; for an op in --graph-ops,
+    with each --coda-pins config: `coda:PIN`, lm_head's coda:chunk4096 and torch_compile, quack's; for an op in --graph-ops,
     `coda_graph` and `quack_graph` last)."""
     if op == "block":
         return list(BLOCK_IMPLS) + [f"coda:{pin}" for pin in coda_pins]
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
     if op == "lm_head":
-        base.append("torch_compile")
+        base += ["coda:chunk4096", "torch_compile"]
     graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
     if not quack:
         return base + graphed
@@ -393,8 +393,8 @@ class QuackOps:
     def rmsnorm(self, x, w, eps):
         return self.rms.rmsnorm(x, w, eps=eps)
 
-    def lce(self, n, w, t):
-        return self.lce_mod.chunked_linear_cross_entropy(n, w, t, tuned=False)
+    def lce(self, n, w, t, chunk_size=4096):
+        return self.lce_mod.chunked_linear_cross_entropy(n, w, t, chunk_size=chunk_size, tuned=False)
 
     def lce_path(self, n, w):
         try:
@@ -562,13 +562,19 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
         fns["cublas_gemm"] = gemms
         import coda
         fns["coda"] = step(lambda: coda.ops.linear_cross_entropy(x, gam, w, t, EPS))
+        # quack's chunk size (4096) beside CODA's default (2048): fewer fp32 dW passes, twice the logits chunk.
+        fns["coda:chunk4096"] = step(lambda: coda.ops.linear_cross_entropy(x, gam, w, t, EPS, chunk_rows=4096))
+        checks["coda:chunk4096"] = ("coda", same("loss", "dx", "dw", "dgamma"))
         # torch.compile of the eager head (HF RMSNorm, logits, fp32 cross-entropy), as bench_lm_head.py times it.
         compiled = torch.compile(lambda: F.cross_entropy((hf_rms_norm(x, gam) @ w.T).float(), t), fullgraph=True)
         fns["torch_compile"] = step(compiled)
         checks["torch_compile"] = ("coda", same("loss", "dx", "dw", "dgamma"))
         if q:
-            fns["quack"] = step(lambda: q.lce(q.rmsnorm(x, gam, EPS), w, t))
-            labels["quack"] = "default"
+            # quack 0.6.5's scaled-exp path rejects chunk == d ("operand 'v': m == n makes row/col inference
+            # ambiguous", llama3-8B at its default 4096): there it runs chunks of 2048.
+            q_chunk = 4096 if d != 4096 else 2048
+            fns["quack"] = step(lambda: q.lce(q.rmsnorm(x, gam, EPS), w, t, q_chunk))
+            labels["quack"] = f"chunk {q_chunk}"
             info["quack_lce_path"] = q.lce_path(n_c, wd)
             checks["quack"] = ("coda", same("loss", "dx", "dw", "dgamma"))
     elif op == "block":

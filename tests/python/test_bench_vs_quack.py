@@ -311,7 +311,7 @@ class TorchQuack:
         xf = x.float()
         return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
-    def lce(self, n, w, t):
+    def lce(self, n, w, t, chunk_size=4096):
         return torch.nn.functional.cross_entropy((n @ w.t()).float(), t)
 
     def lce_path(self, n, w):

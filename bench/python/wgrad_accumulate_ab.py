@@ -1,0 +1,120 @@
+"""The LM head's dW GEMM (an fp32 wgrad that adds into dW chunk after chunk: dW[V, d] += E^T a, K = the chunk's
+rows) under sustained load, one contender per compiled kernel pinned (CODA_GEMM_CONFIG, read on every call), the
+autotuned pick, and cuBLAS's bf16 GEMM of the same shape (torch.mm, no accumulation: the issue's baseline).
+
+    python bench/python/wgrad_accumulate_ab.py --vocab 128256 --hidden 2048 --chunk 2048,4096 --out DIR
+
+Method: vs_quack.py's (each contender warmed --warm-s s back to back, then --rounds interleaved rounds of ~150 ms
+timings with the SM clock and board power sampled). Every contender adds into its own fp32 dW (which grows by the
+same product each call; fp32 holds it). Each one's first call from the same dW is compared bit for bit with the
+beta = 1 kernel's (pp_128x128x64_c2x1: one fp32 add per element in each). Writes wgrad_ab.jsonl and a table.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+
+from common import interleaved, warm_for  # noqa: E402
+from vs_quack import reps_for, timing  # noqa: E402
+
+from coda import _C  # noqa: E402
+
+PINS = ("pp_128x128x64_c2x1", "sk_128x256x64_c2x1", "pp_128x128x64_c2x1_radd", "coop_128x256x64_c2x1_radd",
+        "cublas")
+
+
+def gemm_call(A, B, D, dev, pin):
+    """coda_gemm D += A B^T (beta = 1) with CODA_GEMM_CONFIG=pin for the call ('' = autotuned)."""
+    ws = _C.workspace(_C.workspace_size("gemm", D.shape[0], D.shape[1], A.shape[1]), dev)
+    args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, 1, ctypes.c_void_p(ws.data_ptr()), ws.numel(), None)
+
+    def call(ws=ws):
+        old = os.environ.pop("CODA_GEMM_CONFIG", None)
+        if pin:
+            os.environ["CODA_GEMM_CONFIG"] = pin
+        try:
+            _C.call("gemm", *args)
+        finally:
+            os.environ.pop("CODA_GEMM_CONFIG", None)
+            if old is not None:
+                os.environ["CODA_GEMM_CONFIG"] = old
+        return D
+    return call
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--vocab", type=int, default=128256)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--chunk", default="2048,4096", help="rows per chunk (the GEMM's K), comma-separated")
+    p.add_argument("--pins", default=",".join(PINS))
+    p.add_argument("--warm-s", type=float, default=2.0)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--timing-ms", type=float, default=150.0)
+    p.add_argument("--commit", default="?")
+    p.add_argument("--out", type=Path, default=Path("."))
+    a = p.parse_args(argv)
+    dev = torch.device("cuda")
+    V, d = a.vocab, a.hidden
+    rows = []
+    for C in [int(c) for c in a.chunk.split(",")]:
+        g = torch.Generator(device=dev).manual_seed(C)
+        E = torch.randn(C, V, device=dev, generator=g).bfloat16()  # the chunk's [C, V] (logits' layout)
+        act = torch.randn(C, d, device=dev, generator=g).bfloat16()
+        base = torch.randn(V, d, device=dev, generator=g)
+        fns, outs = {}, {}
+        bf = torch.empty(V, d, device=dev, dtype=torch.bfloat16)
+        fns["cublas_gemm"] = lambda: torch.mm(E.t(), act, out=bf)
+        for pin in [""] + [x for x in a.pins.split(",") if x]:
+            D = base.clone()
+            fn = gemm_call(E.t(), act.t(), D, dev, pin)
+            name = f"coda:{pin}" if pin else "coda"
+            try:
+                fn()
+                torch.cuda.synchronize()
+            except Exception as e:  # a pin that cannot run this problem
+                rows.append({"chunk": C, "impl": name, "error": f"{type(e).__name__}: {e}"[:300]})
+                continue
+            outs[name] = D.clone()
+            fns[name] = fn
+        ref = outs.get("coda:pp_128x128x64_c2x1")
+        measures, info = {}, {}
+        for name, fn in fns.items():
+            per_call = warm_for(fn, a.warm_s, dev)
+            measures[name] = timing(fn, reps_for(per_call, a.timing_ms / 1e3, 3), dev)
+            info[name] = {"same_as_pp_128x128": None if ref is None or name not in outs
+                          else bool(torch.equal(outs[name], ref))}
+        got = interleaved(measures, a.rounds)
+        for name, r in got.items():
+            rows.append({"chunk": C, "V": V, "d": d, "impl": name, **r, **info.get(name, {}), "commit": a.commit})
+        fns = outs = measures = None
+        torch.cuda.empty_cache()
+    a.out.mkdir(parents=True, exist_ok=True)
+    with open(a.out / "wgrad_ab.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    print("| chunk | impl | ms | / cublas_gemm | clock MHz | W | same bits |")
+    print("|---:|---|---:|---:|---:|---:|---|")
+    for C in sorted({r["chunk"] for r in rows}):
+        cb = next((r.get("ms") for r in rows if r["chunk"] == C and r["impl"] == "cublas_gemm"), None)
+        for r in [r for r in rows if r["chunk"] == C]:
+            if "error" in r:
+                print(f"| {C} | {r['impl']} | error: {r['error'][:80]} | | | | |")
+                continue
+            ratio = f"{r['ms'] / cb:.3f}" if cb else "-"
+            print(f"| {C} | {r['impl']} | {r['ms']:.3f} | {ratio} | {r.get('clock_mhz', 0):.0f} | "
+                  f"{r.get('watts', 0):.0f} | {r.get('same_as_pp_128x128')} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
