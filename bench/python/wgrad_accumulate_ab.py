@@ -28,8 +28,7 @@ from vs_quack import reps_for, timing  # noqa: E402
 
 from coda import _C  # noqa: E402
 
-PINS = ("pp_128x128x64_c2x1", "sk_128x256x64_c2x1", "pp_128x128x64_c2x1_radd", "coop_128x256x64_c2x1_radd",
-        "cublas")
+PINS = ("pp_128x128x64_c2x1", "sk_128x256x64_c2x1", "cublas")
 
 
 def gemm_call(A, B, D, dev, pin):

@@ -116,44 +116,12 @@ struct EpilogueOf {
       typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD,
       typename Config::EpilogueSchedule, typename Program::Fusion>::CollectiveOp;
 };
-/// The TMA op that writes D: SM90_TMA_STORE, or the program's `using StoreOp = ...` (SM90_TMA_REDUCE_ADD: D += the
-/// tile, added in L2, so D is never loaded into the CTA).
-template <class Program, class = void>
-struct StoreOpOf {
-  using type = cute::SM90_TMA_STORE;
-};
-template <class Program>
-struct StoreOpOf<Program, std::void_t<typename Program::StoreOp>> {
-  using type = typename Program::StoreOp;
-};
-
 template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
           class LayoutD, int kAlignmentD>
 struct EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD, true> {
-  using Impl = cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
+  using type = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
       typename Config::TileShape, typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD,
-      LayoutD, kAlignmentD, typename Program::Fusion, typename Program::EpilogueDispatchPolicy>;
-  using StoreOp = typename StoreOpOf<Program>::type;
-  using Tile = typename Traits::EpilogueTile;
-  using StrideC = typename Impl::UnderlyingGmemStrideTypeC;
-  using StrideD = typename Impl::UnderlyingGmemStrideTypeD;
-  // The builder's CollectiveOp with StoreOp in its S2G slot (the builder fixes SM90_TMA_STORE there).
-  using WithStoreOp = cutlass::epilogue::collective::CollectiveEpilogue<
-      typename Program::EpilogueDispatchPolicy, typename Config::TileShape, Tile, ElementC,
-      typename Impl::GmemStrideTypeC, ElementD, typename Impl::GmemStrideTypeD, typename Impl::FusionCallbacks,
-      typename Impl::CopyOpG2S,
-      decltype(cutlass::epilogue::collective::detail::sm90_get_epilogue_smem_swizzle_layout_atom<
-               StrideC, typename Impl::ElementC, Tile>()),
-      decltype(cutlass::epilogue::collective::detail::sm90_get_smem_load_op_for_source<
-               StrideC, typename Impl::ElementC, Tile>()),
-      StoreOp,
-      decltype(cutlass::epilogue::collective::detail::sm90_get_epilogue_smem_swizzle_layout_atom<
-               StrideD, typename Impl::ElementD, Tile>()),
-      decltype(cutlass::epilogue::collective::detail::sm90_get_smem_store_op_for_accumulator<
-               StrideD, typename Impl::ElementD, Tile>()),
-      typename Impl::CopyAtomC, typename Impl::CopyOpR2R>;
-  using type = std::conditional_t<std::is_same_v<StoreOp, cute::SM90_TMA_STORE>, typename Impl::CollectiveOp,
-                                  WithStoreOp>;
+      LayoutD, kAlignmentD, typename Program::Fusion, typename Program::EpilogueDispatchPolicy>::CollectiveOp;
 };
 
 }  // namespace detail
@@ -225,8 +193,6 @@ struct FusedLinear {
   // long-K cooperative kernel keeps more mainloop stages): then the builder's implementation with that policy.
   using CollectiveEpilogue = typename detail::EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC,
                                                          ElementD, LayoutD, kAlignmentD>::type;
-  /// D += the tile through TMA reduce-add (the program's StoreOp): the kernel adds into D in place.
-  static constexpr bool kReduceAdd = !std::is_same_v<typename detail::StoreOpOf<Program>::type, cute::SM90_TMA_STORE>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA, kAlignmentAB, ElementAB, LayoutB,
@@ -373,11 +339,6 @@ struct FusedLinear {
     }
     if constexpr (detail::HasCheckArgs<Epilogue>::value) {
       if (char const* why = Epilogue::check_args(epi)) return no(CODA_ERROR_INVALID_ARGUMENT, why);
-    }
-    if constexpr (kReduceAdd) {
-      if (op.C != nullptr && op.C != op.D) {
-        return no(CODA_ERROR_INVALID_ARGUMENT, "this kernel adds into D in place (TMA reduce-add): C must be D or null");
-      }
     }
     if (knobs.swizzle != 1 && knobs.swizzle != 2 && knobs.swizzle != 4 && knobs.swizzle != 8) {
       return no(CODA_ERROR_INVALID_ARGUMENT, "swizzle must be 1, 2, 4 or 8, got ", knobs.swizzle);

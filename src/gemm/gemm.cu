@@ -86,8 +86,6 @@ constexpr Entry kEntries[] = {
     {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_coop_128x256x64_c2x1},
     {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_sk_128x256x64_c2x1},
     {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_pp_128x128x64_c2x1},
-    {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_pp_128x128x64_c2x1_radd},
-    {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_coop_128x256x64_c2x1_radd},
 };
 
 std::vector<plain::Ops const*> kernels_for(GemmArgs const& a) {
