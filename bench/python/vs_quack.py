@@ -595,7 +595,8 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             if "coda" in checks:  # the same comparison as CODA's default call
                 checks[f"coda:{pin}"] = checks["coda"]
     choices = {}
-    if op in ("gemm_gu", "gemm_down"):  # which kernel coda_gemm ran (tuned, pinned or cached): the rows say
+    # Which kernel coda_gemm ran (tuned, pinned or cached): the rows say. For lm_head: the last chunk's dW GEMM.
+    if op in ("gemm_gu", "gemm_down", "lm_head"):
         for impl in [k for k in fns if k.startswith("coda")]:
             fns[impl] = recording_choice(fns[impl], choices, impl)
     if op in graph_ops:

@@ -50,6 +50,13 @@ def gemm_call(A, B, D, dev, pin):
     return call
 
 
+def last_choice():
+    """The kernel coda_gemm last ran on this thread (config[:knobs], or cublas)."""
+    f = _C.library().coda_gemm_last_choice
+    f.restype, f.argtypes = ctypes.c_char_p, []
+    return f().decode()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--vocab", type=int, default=128256)
@@ -70,7 +77,7 @@ def main(argv=None):
         E = torch.randn(C, V, device=dev, generator=g).bfloat16()  # the chunk's [C, V] (logits' layout)
         act = torch.randn(C, d, device=dev, generator=g).bfloat16()
         base = torch.randn(V, d, device=dev, generator=g)
-        fns, outs = {}, {}
+        fns, outs, choice = {}, {}, {}
         bf = torch.empty(V, d, device=dev, dtype=torch.bfloat16)
         fns["cublas_gemm"] = lambda: torch.mm(E.t(), act, out=bf)
         for pin in [""] + [x for x in a.pins.split(",") if x]:
@@ -85,13 +92,14 @@ def main(argv=None):
                 continue
             outs[name] = D.clone()
             fns[name] = fn
+            choice[name] = last_choice()
         ref = outs.get("coda:pp_128x128x64_c2x1")
         measures, info = {}, {}
         for name, fn in fns.items():
             per_call = warm_for(fn, a.warm_s, dev)
             measures[name] = timing(fn, reps_for(per_call, a.timing_ms / 1e3, 3), dev)
             info[name] = {"same_as_pp_128x128": None if ref is None or name not in outs
-                          else bool(torch.equal(outs[name], ref))}
+                          else bool(torch.equal(outs[name], ref)), "gemm_choice": choice.get(name)}
         got = interleaved(measures, a.rounds)
         for name, r in got.items():
             rows.append({"chunk": C, "V": V, "d": d, "impl": name, **r, **info.get(name, {}), "commit": a.commit})
@@ -101,16 +109,16 @@ def main(argv=None):
     with open(a.out / "wgrad_ab.jsonl", "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
-    print("| chunk | impl | ms | / cublas_gemm | clock MHz | W | same bits |")
-    print("|---:|---|---:|---:|---:|---:|---|")
+    print("| chunk | impl | kernel | ms | / cublas_gemm | clock MHz | W | same bits |")
+    print("|---:|---|---|---:|---:|---:|---:|---|")
     for C in sorted({r["chunk"] for r in rows}):
         cb = next((r.get("ms") for r in rows if r["chunk"] == C and r["impl"] == "cublas_gemm"), None)
         for r in [r for r in rows if r["chunk"] == C]:
             if "error" in r:
-                print(f"| {C} | {r['impl']} | error: {r['error'][:80]} | | | | |")
+                print(f"| {C} | {r['impl']} | | error: {r['error'][:80]} | | | | |")
                 continue
             ratio = f"{r['ms'] / cb:.3f}" if cb else "-"
-            print(f"| {C} | {r['impl']} | {r['ms']:.3f} | {ratio} | {r.get('clock_mhz', 0):.0f} | "
+            print(f"| {C} | {r['impl']} | {r.get('gemm_choice') or '-'} | {r['ms']:.3f} | {ratio} | {r.get('clock_mhz', 0):.0f} | "
                   f"{r.get('watts', 0):.0f} | {r.get('same_as_pp_128x128')} |")
     return 0
 
