@@ -90,7 +90,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from common import (CONFIGS, EPS, NvmlSampler, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda,
-                    timed_pipelined, warm_for)
+                    peak_extra_gib, timed_pipelined, warm_for)
 from report import commit as git_commit
 
 SUITE = "vs_quack"
@@ -795,19 +795,9 @@ def _first_call(fn, device):
 
 
 def peak_mib(fn, device):
-    """The memory one call of fn allocates above what is allocated before it (MiB): torch's peak over the call, so
-    workspaces, the logits chunk and the outputs the call returns; what the caller keeps alive before it (inputs,
-    weights) is not counted. None off CUDA."""
-    if not is_cuda(device):
-        return None
-    _sync(device)
-    base = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    out = fn()
-    _sync(device)
-    peak = torch.cuda.max_memory_allocated(device) - base
-    del out
-    return peak / 2**20
+    """common.peak_extra_gib in MiB (what one call allocates above what was allocated before it: workspaces, the
+    logits chunk, the outputs it returns; inputs and weights not counted); None off CUDA."""
+    return peak_extra_gib(fn) * 1024 if is_cuda(device) else None
 
 
 def run_case(case, t, tol, device="cuda"):

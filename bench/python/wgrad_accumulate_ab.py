@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
-from common import interleaved, warm_for  # noqa: E402
+from common import append_jsonl, env_var, interleaved, warm_for  # noqa: E402
 from vs_quack import reps_for, timing  # noqa: E402
 
 from coda import _C  # noqa: E402
@@ -37,15 +35,8 @@ def gemm_call(A, B, D, dev, pin):
     args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, 1, ctypes.c_void_p(ws.data_ptr()), ws.numel(), None)
 
     def call(ws=ws):
-        old = os.environ.pop("CODA_GEMM_CONFIG", None)
-        if pin:
-            os.environ["CODA_GEMM_CONFIG"] = pin
-        try:
+        with env_var("CODA_GEMM_CONFIG", pin or None):
             _C.call("gemm", *args)
-        finally:
-            os.environ.pop("CODA_GEMM_CONFIG", None)
-            if old is not None:
-                os.environ["CODA_GEMM_CONFIG"] = old
         return D
     return call
 
@@ -105,10 +96,9 @@ def main(argv=None):
             rows.append({"chunk": C, "V": V, "d": d, "impl": name, **r, **info.get(name, {}), "commit": a.commit})
         fns = outs = measures = None
         torch.cuda.empty_cache()
-    a.out.mkdir(parents=True, exist_ok=True)
-    with open(a.out / "wgrad_ab.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    out = a.out / "wgrad_ab.jsonl"
+    out.unlink(missing_ok=True)
+    append_jsonl(out, rows)
     print("| chunk | impl | kernel | ms | / cublas_gemm | clock MHz | W | same bits |")
     print("|---:|---|---|---:|---:|---:|---:|---|")
     for C in sorted({r["chunk"] for r in rows}):
