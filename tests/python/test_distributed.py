@@ -103,8 +103,22 @@ def _vs_single_process(m, ctx, strip=""):
     return compared(_mean_loss(loss), grads, ctx["ref_loss"], ctx["ref_grads"], strip)
 
 
+_CPU_MESH = []
+
+
+def _cpu_mesh():
+    """The gloo workers' 1-D CPU mesh. fully_shard's default mesh takes the machine's accelerator (cuda where one is
+    visible), which would move the CPU test's parameters to the GPU under a gloo process group."""
+    if not _CPU_MESH:
+        from torch.distributed.device_mesh import init_device_mesh
+        _CPU_MESH.append(init_device_mesh("cpu", (dist.get_world_size(),)))
+    return _CPU_MESH[0]
+
+
 def _shard(m, per_layer=True, **kw):
     from torch.distributed.fsdp import fully_shard
+    if dist.get_backend() == "gloo":
+        kw.setdefault("mesh", _cpu_mesh())
     if per_layer:
         for layer in m.model.layers:
             fully_shard(layer, **kw)
@@ -230,7 +244,7 @@ def scenario_nn_modules(ctx):
     n = 2 * WORLD // dist.get_world_size()
     rank = dist.get_rank()
     from torch.distributed.fsdp import fully_shard
-    m = fully_shard(make())
+    m = fully_shard(make(), mesh=_cpu_mesh())
     loss, grads = run(m, slice(rank * n, (rank + 1) * n))
     sd_ref = ref.state_dict()
     sd = {k: _full(v) for k, v in m.state_dict().items()}
