@@ -946,12 +946,19 @@ def _cell(rows, impl):
 
 
 def summarize(rows):
-    """rows (JSON-line dicts, screen rows ignored) -> [(op, config, tokens, {impl: row})] in first-seen order."""
+    """rows (JSON-line dicts, screen rows ignored) -> [(op, config, tokens, {impl: row})] in first-seen order, each
+    group from the latest run (`date`) that measured it, whole: ratios never mix two runs (PROTOCOL.md)."""
+    latest = {}
+    for r in rows:
+        if not r.get("screen"):
+            key = (r["op"], r["config"], r["tokens"])
+            latest[key] = max(latest.get(key, ""), str(r.get("date", "")))
     groups = {}
     for r in rows:
-        if r.get("screen"):
+        key = (r["op"], r["config"], r["tokens"])
+        if r.get("screen") or str(r.get("date", "")) != latest[key]:
             continue
-        groups.setdefault((r["op"], r["config"], r["tokens"]), {})[r["impl"]] = r
+        groups.setdefault(key, {})[r["impl"]] = r
     return [(op, c, m, g) for (op, c, m), g in groups.items()]
 
 
@@ -1017,8 +1024,8 @@ def _joined(rows, key):
 
 
 def readme(rows, meta=None):
-    """--out/README.md from the rows (every run in the folder's vs_quack.jsonl; the latest row of an (op, config,
-    tokens, impl) wins in the table): where and how they were measured, the table, clock and power, the errors.
+    """--out/README.md from the rows (every run in the folder's vs_quack.jsonl; in the table each (op, config,
+    tokens) comes from the latest run that measured it): where and how they were measured, the table, clock and power, the errors.
     meta: this run's command, planned and actual seconds, where there is one."""
     meta = meta or {}
     timed = [r for r in rows if not r.get("screen")]
