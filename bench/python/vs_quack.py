@@ -23,9 +23,11 @@ contenders (`impl`; CODA's first, then quack's):
 - b2 (M x d x 2F, the gate/up dgrad): B2 linear_residual_rmsnorm_bwd (dx, a, dgamma) | quack gemm(dz, w) then
   rmsnorm.rmsnorm_bwd(dresidual_out = dx_in) (dx, dgamma; no a).
 - lm_head (M x V x d, forward + backward): linear_cross_entropy (final RMSNorm + LM head + CE, one chunked pass)
-  | quack rmsnorm.rmsnorm + linear_cross_entropy.chunked_linear_cross_entropy (tuned=False); torch_compile: the eager
-  head (HF RMSNorm, logits, fp32 cross-entropy) under torch.compile; cublas_gemm: the three GEMMs of the shape
-  (logits, dx, dW).
+  (chunks of 2048, the default; coda:chunk4096 with chunk_rows=4096) | quack rmsnorm.rmsnorm +
+  linear_cross_entropy.chunked_linear_cross_entropy (tuned=False, chunks of 4096, 2048 where d = 4096); torch_compile:
+  the eager head (HF RMSNorm, logits, fp32 cross-entropy) under torch.compile; cublas_gemm: the three GEMMs of the
+  shape (logits, dx, dW). The rows carry peak_mib (one call's peak allocation above what was allocated before it)
+  and CODA's `gemm_choice` (the kernel of its last dW GEMM).
 - rmsnorm (M x d, no GEMM): rmsnorm_prepare (h = x gamma, rstd) | quack rmsnorm.rmsnorm_fwd(store_rstd=True)
   (x_hat gamma, rstd).
 - block (rows with suite "block"; M x d x F names the shape): bench_block.py's block (o-projection to the next
@@ -104,6 +106,7 @@ PASS = {"b3": "bwd", "b2": "bwd", "lm_head": "fwdbwd", "block": "fwdbwd"}
 # through torch.mm), the floor the issue measures the block against. Rows have suite "block".
 BLOCK_IMPLS = ("gemm_only", "coda", "torch_compile", "liger")
 GEMMS_PER_CALL = {"lm_head": 3, "rmsnorm": 0}
+QUACK_LCE_CHUNK = 4096  # quack 0.6.5's chunked_linear_cross_entropy default chunk_size
 MEMORY_OPS = ("lm_head", "block")  # ops whose rows carry peak_mib (the issue asks the LM head at no more memory)
 QUACK_CONFIGS = ("pp_128x192_c2x1", "pp_128x192_c1x2", "pp_192x128_c2x1", "pp_192x128_c1x2", "pp_128x128_c2x1",
                  "pp_128x128_c1x2", "coop_256x128_c2x1")
@@ -139,9 +142,9 @@ def parse_quack_config(label):
 
 
 def contenders(op, quack=True, coda_pins=(), graph_ops=()):
-    """The impl names timed for op, in the order they are built (references first: cuBLAS, then CODA, then CODA
-    with each --coda-pins config: `coda:PIN`, lm_head's coda:chunk4096 and torch_compile, quack's; for an op in --graph-ops,
-    `coda_graph` and `quack_graph` last)."""
+    """The impl names timed for op (references first: cuBLAS, then CODA, then CODA with each --coda-pins config:
+    `coda:PIN`, lm_head's coda:chunk4096 and torch_compile, quack's; for an op in --graph-ops, `coda_graph` and
+    `quack_graph` last). build_case builds the same set, with the `coda:PIN` entries after quack's."""
     if op == "block":
         return list(BLOCK_IMPLS) + [f"coda:{pin}" for pin in coda_pins]
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
@@ -393,12 +396,12 @@ class QuackOps:
     def rmsnorm(self, x, w, eps):
         return self.rms.rmsnorm(x, w, eps=eps)
 
-    def lce(self, n, w, t, chunk_size=4096):
+    def lce(self, n, w, t, chunk_size=QUACK_LCE_CHUNK):
         return self.lce_mod.chunked_linear_cross_entropy(n, w, t, chunk_size=chunk_size, tuned=False)
 
-    def lce_path(self, n, w):
+    def lce_path(self, n, w, chunk_size=QUACK_LCE_CHUNK):
         try:
-            return "scaled_exp" if self.lce_mod.scaled_exp_lce_supported(n, w, 4096, "mean") else "chunked"
+            return "scaled_exp" if self.lce_mod.scaled_exp_lce_supported(n, w, chunk_size, "mean") else "chunked"
         except Exception as e:
             return f"? ({type(e).__name__})"
 
@@ -571,11 +574,11 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
         checks["torch_compile"] = ("coda", same("loss", "dx", "dw", "dgamma"))
         if q:
             # quack 0.6.5's scaled-exp path rejects chunk == d ("operand 'v': m == n makes row/col inference
-            # ambiguous", llama3-8B at its default 4096): there it runs chunks of 2048.
-            q_chunk = 4096 if d != 4096 else 2048
+            # ambiguous", llama3-8B at its default 4096): there it runs chunks of half that.
+            q_chunk = QUACK_LCE_CHUNK if d != QUACK_LCE_CHUNK else QUACK_LCE_CHUNK // 2
             fns["quack"] = step(lambda: q.lce(q.rmsnorm(x, gam, EPS), w, t, q_chunk))
             labels["quack"] = f"chunk {q_chunk}"
-            info["quack_lce_path"] = q.lce_path(n_c, wd)
+            info["quack_lce_path"] = q.lce_path(n_c, wd, q_chunk)
             checks["quack"] = ("coda", same("loss", "dx", "dw", "dgamma"))
     elif op == "block":
         fns.update(block_contenders(cfg, M, device))
@@ -821,7 +824,7 @@ def run_case(case, t, tol, device="cuda"):
         if impl in refs:
             kept[impl] = out
         del out
-        if case.op in MEMORY_OPS:  # a second call: the first one's compiles and tuning allocate more than a step
+        if case.op in MEMORY_OPS and not impl.endswith("_graph"):  # a second call (the first compiles and tunes)
             try:
                 res[impl]["peak_mib"] = peak_mib(fn, device)
             except Exception as e:
@@ -945,21 +948,33 @@ def _cell(rows, impl):
     return f"{r['ms']:.3f}" if r.get("ms") else "-"
 
 
-def summarize(rows):
-    """rows (JSON-line dicts, screen rows ignored) -> [(op, config, tokens, {impl: row})] in first-seen order, each
-    group from the latest run (`date`) that measured it, whole: ratios never mix two runs (PROTOCOL.md)."""
+def _run_of(r):
+    return str(r.get("date") or "")
+
+
+def selected_rows(rows):
+    """The rows the report shows: for each (op, config, tokens), every row (screen rows included) of the latest run
+    (`date`) in which at least one of its contenders measured a time, so that a run that only failed or skipped does
+    not hide an older measurement, and no ratio mixes two runs (PROTOCOL.md)."""
     latest = {}
     for r in rows:
-        if not r.get("screen"):
+        if not r.get("screen") and r.get("ms") and "error" not in r:
             key = (r["op"], r["config"], r["tokens"])
-            latest[key] = max(latest.get(key, ""), str(r.get("date", "")))
-    groups = {}
+            latest[key] = max(latest.get(key, ""), _run_of(r))
+    return [r for r in rows if latest.get((r["op"], r["config"], r["tokens"])) == _run_of(r)]
+
+
+def summarize(rows):
+    """rows (JSON-line dicts) -> [(op, config, tokens, {impl: row})] of selected_rows (screen rows left out), in the
+    order the (op, config, tokens) first appear in rows."""
+    order = {}
     for r in rows:
-        key = (r["op"], r["config"], r["tokens"])
-        if r.get("screen") or str(r.get("date", "")) != latest[key]:
-            continue
-        groups.setdefault(key, {})[r["impl"]] = r
-    return [(op, c, m, g) for (op, c, m), g in groups.items()]
+        order.setdefault((r["op"], r["config"], r["tokens"]), len(order))
+    groups = {}
+    for r in selected_rows(rows):
+        if not r.get("screen"):
+            groups.setdefault((r["op"], r["config"], r["tokens"]), {})[r["impl"]] = r
+    return [(op, c, m, groups[(op, c, m)]) for (op, c, m) in sorted(groups, key=order.get)]
 
 
 def _with_ratio(g, impl, base):
@@ -1024,10 +1039,11 @@ def _joined(rows, key):
 
 
 def readme(rows, meta=None):
-    """--out/README.md from the rows (every run in the folder's vs_quack.jsonl; in the table each (op, config,
-    tokens) comes from the latest run that measured it): where and how they were measured, the table, clock and power, the errors.
-    meta: this run's command, planned and actual seconds, where there is one."""
+    """--out/README.md from the rows (every run in the folder's vs_quack.jsonl; each (op, config, tokens) from the
+    latest run that measured it, selected_rows): where and how they were measured, the table, clock and power, the
+    errors. meta: this run's command, planned and actual seconds, where there is one."""
     meta = meta or {}
+    rows = selected_rows(rows)  # the header, errors, clocks and memory of the runs the tables show
     timed = [r for r in rows if not r.get("screen")]
     errs = [f"- {r['op']} {r['config']} {r['tokens']} {r['impl']}"
             f"{' ' + r['quack_config'] if r.get('quack_config') else ''}: {r['error']}"

@@ -252,9 +252,10 @@ CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, i
  *   non-ignored rows of the whole batch); then B2 with D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
  *   c = x rstd; dW += dl^T a (fp32, across chunks); dgamma = sum over chunks (fixed order, deterministic).
  * bf16 without label smoothing runs the same math in exponential form (MATH.md F6, exponential form; the
- * environment variable CODA_LCE_LOGITS=1 forces the logits path above): the recomputed GEMM stores s exp(c - K) with one offset K per row (the capped target logit), a
- * per-row scale v makes it dl, and no pass over the chunk's [rows, V] runs between the GEMMs; a row whose per-token
- * loss exceeds ~40 nats is recomputed with its row max as offset.
+ * environment variable CODA_LCE_LOGITS=1 forces the logits path above): the recomputed GEMM stores s exp(c - K)
+ * with one offset K per row (the capped target logit), a per-row scale v makes it dl, and no pass over the chunk's
+ * [rows, V] runs between the GEMMs; a row whose per-token loss exceeds ~40 nats is recomputed with its row max as
+ * offset.
  * \param h [M,d] bf16|fp16: x * gamma as given to the forward (keep it, or recompute with coda_rmsnorm_prepare).
  * \param w [V,d] same dtype, any V (V % 8 != 0: the chunks run on a zero-padded copy of w in the workspace).
  * \param rstd [M] fp32 (the final norm's). \param x [M,d] same dtype (the residual stream the final norm

@@ -130,16 +130,21 @@ class Dist:
             dist.destroy_process_group()
 
 
-def shard(model, compute_dtype):
+def shard(model, compute_dtype, device):
     """FSDP2 as torchtitan applies it: fully_shard each decoder layer, then the root (embeddings, final norm and the
     tied LM head). Parameters stay fp32 masters; the all-gather and the compute are in compute_dtype, the gradient
-    reduction in fp32. CODA's model then runs its layers one by one, each inside its own gather (coda.models.llama)."""
+    reduction in fp32. CODA's model then runs its layers one by one, each inside its own gather (coda.models.llama).
+    The mesh is on `device`'s kind: fully_shard's default takes the machine's accelerator, which would move a
+    `--device cpu` run's parameters to the GPU under its gloo process group."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mp = MixedPrecisionPolicy(param_dtype=None if compute_dtype == torch.float32 else compute_dtype,
                               reduce_dtype=torch.float32)
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     for layer in model.model.layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
 
 
@@ -194,7 +199,7 @@ def run(args, kind, ids_train, ids_val, vocab, out: Path, env: Dist):
     dtype = torch.bfloat16 if cuda else torch.float32
     model, fwd, cfg = make_model(kind, args.config, vocab, args.seed, device, False)
     if env.on:
-        shard(model, dtype)
+        shard(model, dtype, device)
     fwd = torch.compile(model) if args.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)
     # Each process its own batches; rank 0 draws those of a single-process run.

@@ -50,8 +50,9 @@ int64_t chunk_of(int64_t M, int64_t chunk_rows) {
 // the ExpCe logits GEMM (E = s exp(c - K) stored where the logits go) -> ce_exp_finish -> ce_exp_rescue -> B2 with
 // the row scale v -> the same dW GEMM on E. No pass over [C, V] between the GEMMs (F6 reads the logits twice and
 // writes dlogits). The default for those; CODA_LCE_LOGITS=1 forces the logits path (F2 -> F6 -> B2), which fp16 and
-// label smoothing always take. The target entry E_t is carried as its bf16 value plus the residual lo, which
-// ce_exp_target_fix adds to dW's target rows after each chunk's wgrad, so dl_t is as exact as the logits path's.
+// label smoothing always take. The target entry E_t is stored as bf16 and its residual lo is added to dW's target
+// rows after each chunk's wgrad (ce_exp_target_fix), so dW's target column sees E_t to fp32; dx and dgamma take
+// R(E_t) through B2, and a_w = R(v c gamma) stays one bf16 rounding (MATH.md F6, exponential form).
 bool exponential_form(coda_dtype dt, coda_ce_options const& o) {
   return dt == CODA_BF16 && o.label_smoothing == 0.0f && !coda::runtime::env_flag("CODA_LCE_LOGITS");
 }

@@ -253,6 +253,13 @@ def test_rows_schema_and_table(tmp_path):
     text = (tmp_path / "README.md").read_text()
     assert "2026-12-03, 2026-12-04; commit abc1234" in text and "| - | 7.000 |" in text
     assert f"({7.0 / cb:.3f})" not in text
+    # a later run of the same group that only failed does not hide the measurement
+    failed = {k: v for k, v in later.items() if k != "ms"}
+    failed.update(date="2026-12-05", error="RuntimeError: skipped")
+    vs_quack.append_jsonl(tmp_path / "vs_quack.jsonl", [failed])
+    assert vs_quack.main(["--report", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert "| - | 7.000 |" in text and "RuntimeError: skipped" not in text
     assert vs_quack.read_rows(tmp_path / "missing.jsonl") == []
 
 
@@ -316,7 +323,7 @@ class TorchQuack:
     def lce(self, n, w, t, chunk_size=4096):
         return torch.nn.functional.cross_entropy((n @ w.t()).float(), t)
 
-    def lce_path(self, n, w):
+    def lce_path(self, n, w, chunk_size=4096):
         return "torch"
 
 
