@@ -1,18 +1,21 @@
 """The LM head's dW GEMM (an fp32 wgrad that adds into dW chunk after chunk: dW[V, d] += E^T a, K = the chunk's
-rows) under sustained load, one contender per compiled kernel pinned (CODA_GEMM_CONFIG, read on every call), the
-autotuned pick, and cuBLAS's bf16 GEMM of the same shape (torch.mm, no accumulation: the issue's baseline).
+rows) under sustained load: the autotuned pick, each config of --pins pinned (CODA_GEMM_CONFIG, read on every
+call; `cublas` is coda_gemm's cuBLAS path), and cuBLAS's bf16 GEMM of the same shape (torch.mm, no accumulation:
+the issue's baseline).
 
     python bench/python/wgrad_accumulate_ab.py --vocab 128256 --hidden 2048 --chunk 2048,4096 --out DIR
 
 Method: vs_quack.py's (each contender warmed --warm-s s back to back, then --rounds interleaved rounds of ~150 ms
 timings with the SM clock and board power sampled). Every contender adds into its own fp32 dW (which grows by the
 same product each call; fp32 holds it). Each one's first call from the same dW is compared bit for bit with the
-beta = 1 kernel's (pp_128x128x64_c2x1: one fp32 add per element in each). Writes wgrad_ab.jsonl and a table.
+beta = 1 kernel's (pp_128x128x64_c2x1: one fp32 add per element in each). Writes --out/wgrad_ab.jsonl and prints
+a table.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import sys
 from pathlib import Path
 
@@ -62,6 +65,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     dev = torch.device("cuda")
     V, d = a.vocab, a.hidden
+    meta = dict(commit=a.commit, gpu=torch.cuda.get_device_name(dev), torch=torch.__version__,
+                date=datetime.datetime.now().isoformat(timespec="seconds"))
     rows = []
     for C in [int(c) for c in a.chunk.split(",")]:
         g = torch.Generator(device=dev).manual_seed(C)
@@ -79,7 +84,8 @@ def main(argv=None):
                 fn()
                 torch.cuda.synchronize()
             except Exception as e:  # a pin that cannot run this problem
-                rows.append({"chunk": C, "impl": name, "error": f"{type(e).__name__}: {e}"[:300]})
+                rows.append({"chunk": C, "V": V, "d": d, "impl": name, "error": f"{type(e).__name__}: {e}"[:300],
+                             **meta})
                 continue
             outs[name] = D.clone()
             fns[name] = fn
@@ -93,7 +99,7 @@ def main(argv=None):
                           else bool(torch.equal(outs[name], ref)), "gemm_choice": choice.get(name)}
         got = interleaved(measures, a.rounds)
         for name, r in got.items():
-            rows.append({"chunk": C, "V": V, "d": d, "impl": name, **r, **info.get(name, {}), "commit": a.commit})
+            rows.append({"chunk": C, "V": V, "d": d, "impl": name, **r, **info.get(name, {}), **meta})
         fns = outs = measures = None
         torch.cuda.empty_cache()
     out = a.out / "wgrad_ab.jsonl"
@@ -108,8 +114,8 @@ def main(argv=None):
                 print(f"| {C} | {r['impl']} | | error: {r['error'][:80]} | | | | |")
                 continue
             ratio = f"{r['ms'] / cb:.3f}" if cb else "-"
-            print(f"| {C} | {r['impl']} | {r.get('gemm_choice') or '-'} | {r['ms']:.3f} | {ratio} | {r.get('clock_mhz', 0):.0f} | "
-                  f"{r.get('watts', 0):.0f} | {r.get('same_as_pp_128x128')} |")
+            print(f"| {C} | {r['impl']} | {r.get('gemm_choice') or '-'} | {r['ms']:.3f} | {ratio} | "
+                  f"{r.get('clock_mhz', 0):.0f} | {r.get('watts', 0):.0f} | {r.get('same_as_pp_128x128')} |")
     return 0
 
 
