@@ -45,11 +45,12 @@ def operands(M, N, K, at, bt, dev):
     return (a.T if at else a), (b.T if bt else b)  # a [M,K], b [N,K] as views (strided where transposed)
 
 
-def coda_gemm_call(A, B, D, dev, stream):
-    """coda_gemm D = A B^T as a call without arguments (descriptors and workspace made once; the call holds the
-    workspace, so it lives as long as the call)."""
+def coda_gemm_call(A, B, D, dev, stream, accumulate=False):
+    """coda_gemm D = A B^T (accumulate: D += A B^T) as a call without arguments (descriptors and workspace made once;
+    the call holds the workspace, so it lives as long as the call)."""
     ws = _C.workspace(_C.workspace_size("gemm", D.shape[0], D.shape[1], A.shape[1]), dev)
-    args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, 0, ctypes.c_void_p(ws.data_ptr()), ws.numel(), stream)
+    args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, int(accumulate), ctypes.c_void_p(ws.data_ptr()), ws.numel(),
+            stream)
 
     def call(ws=ws):
         _C.call("gemm", *args)

@@ -3,6 +3,7 @@ them, the CUDA-event timer, and the import of the checkout's `coda` package."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -116,6 +117,22 @@ def env_var(var, value):
             os.environ.pop(var, None)
         else:
             os.environ[var] = old
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_last_choice_fn():
+    import ctypes
+
+    from coda import _C
+    f = _C.library().coda_gemm_last_choice
+    f.restype, f.argtypes = ctypes.c_char_p, []
+    return f
+
+
+def last_gemm_choice():
+    """The candidate coda_gemm ran last on this thread (config[:knobs] or cublas; the gemm_hooks.h test hook; the
+    function looked up once, as timed calls record it). Raises RuntimeError where libcoda cannot be loaded."""
+    return _gemm_last_choice_fn()().decode()
 
 
 @contextlib.contextmanager

@@ -33,11 +33,10 @@ sub-millisecond ones at stop 17).
 from __future__ import annotations
 
 import argparse
-import ctypes
 from pathlib import Path
 
 import torch
-from common import CONFIGS, append_jsonl, env_var, fused_configs, interleaved, timed_pipelined
+from common import CONFIGS, append_jsonl, env_var, fused_configs, interleaved, last_gemm_choice, timed_pipelined
 
 from coda import _C, _kernels
 
@@ -70,13 +69,6 @@ def plain_gemm(A, B, device):
     from bench_gemm import coda_gemm_call
     D = torch.empty(A.shape[0], B.shape[0], device=device, dtype=torch.bfloat16)
     return coda_gemm_call(A, B, D, torch.device(device), _C.stream(torch.device(device)))
-
-
-def last_gemm_choice():
-    """The candidate coda_gemm ran last on this thread (the gemm_hooks.h test hook)."""
-    f = _C.library().coda_gemm_last_choice
-    f.restype, f.argtypes = ctypes.c_char_p, []
-    return f().decode()
 
 
 def make_op(op, cfg, M, device="cuda"):

@@ -79,7 +79,6 @@ key before quack is used, and does nothing where that module does not exist.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import importlib
 import math
@@ -92,7 +91,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from common import (CONFIGS, EPS, NvmlSampler, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda,
-                    peak_extra_gib, timed_pipelined, warm_for)
+                    last_gemm_choice, peak_extra_gib, timed_pipelined, warm_for)
 from report import commit as git_commit
 
 SUITE = "vs_quack"
@@ -695,21 +694,14 @@ def block_contenders(cfg, M, device="cuda"):
 
 
 def recording_choice(fn, choices, impl):
-    """fn, storing the kernel coda_gemm last ran on this thread (coda_gemm_last_choice) in choices[impl]; nothing
+    """fn, storing the kernel coda_gemm last ran on this thread (common.last_gemm_choice) in choices[impl]; nothing
     where libcoda is not loaded (the CPU tests' stand-ins)."""
-    from coda import _C
-    last = []  # coda_gemm_last_choice, resolved at the first call (not per timed call)
-
     def call():
         out = fn()
-        if not last:
-            try:
-                f = _C.library().coda_gemm_last_choice
-            except RuntimeError:
-                return out
-            f.restype, f.argtypes = ctypes.c_char_p, []
-            last.append(f)
-        choices[impl] = last[0]().decode()
+        try:
+            choices[impl] = last_gemm_choice()
+        except RuntimeError:
+            pass
         return out
     return call
 

@@ -14,7 +14,6 @@ a table.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import sys
 from pathlib import Path
@@ -24,7 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
-from common import append_jsonl, env_var, interleaved, warm_for  # noqa: E402
+from bench_gemm import coda_gemm_call  # noqa: E402
+from common import append_jsonl, env_var, interleaved, last_gemm_choice, warm_for  # noqa: E402
 from vs_quack import reps_for, timing  # noqa: E402
 
 from coda import _C  # noqa: E402
@@ -33,22 +33,14 @@ PINS = ("pp_128x128x64_c2x1", "sk_128x256x64_c2x1", "cublas")
 
 
 def gemm_call(A, B, D, dev, pin):
-    """coda_gemm D += A B^T (beta = 1) with CODA_GEMM_CONFIG=pin for the call ('' = autotuned)."""
-    ws = _C.workspace(_C.workspace_size("gemm", D.shape[0], D.shape[1], A.shape[1]), dev)
-    args = (_C.desc(A), _C.desc(B), _C.desc(D), 1.0, 1, ctypes.c_void_p(ws.data_ptr()), ws.numel(), None)
+    """coda_gemm D += A B^T with CODA_GEMM_CONFIG=pin for the call ('' = autotuned)."""
+    call = coda_gemm_call(A, B, D, dev, _C.stream(dev), accumulate=True)
 
-    def call(ws=ws):
+    def pinned():
         with env_var("CODA_GEMM_CONFIG", pin or None):
-            _C.call("gemm", *args)
+            call()
         return D
-    return call
-
-
-def last_choice():
-    """The kernel coda_gemm last ran on this thread (config[:knobs], or cublas)."""
-    f = _C.library().coda_gemm_last_choice
-    f.restype, f.argtypes = ctypes.c_char_p, []
-    return f().decode()
+    return pinned
 
 
 def main(argv=None):
@@ -89,7 +81,7 @@ def main(argv=None):
                 continue
             outs[name] = D.clone()
             fns[name] = fn
-            choice[name] = last_choice()
+            choice[name] = last_gemm_choice()
         ref = outs.get("coda:pp_128x128x64_c2x1")
         measures, info = {}, {}
         for name, fn in fns.items():

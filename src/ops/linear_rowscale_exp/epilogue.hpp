@@ -22,8 +22,8 @@ struct ExpCeEpilogue {
   template <class Traits>
   struct Program {
     using ElementC = void;
-    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::ExpCe<typename Traits::TileShape, kMaskColumns, kSoftcap>,
-                                                      cutlass::epilogue::fusion::Sm90AccFetch>;
+    using Node = epilogue::ExpCe<typename Traits::TileShape, kMaskColumns, kSoftcap>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch>;
 
     /// {op_0 = acc, op_1 = ExpCe}
     template <class FusionArguments>
