@@ -63,6 +63,10 @@ struct Pp128x192x64C2x1 : Mainloop<128, 192, 2, 1, true, false> {
 struct Pp128x192x64C2x1D6 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_d6";
 };
+/// The fp32 wgrad's add-into-D kernel (plain::ReduceAddEpilogue): the same mainloop under its own name.
+struct Pp128x128x64C2x1Radd : Pp128x128x64C2x1 {
+  static constexpr char const* kName = "pp_128x128x64_c2x1_radd";
+};
 /// Pingpong 128x64 (64 accumulators per consumer thread): room for an epilogue's per-element masks, on a sliver of
 /// a problem (the LM head's last vocabulary columns, ops/linear_rowscale_exp).
 struct Pp128x64x64C2x1 : Mainloop<128, 64, 2, 1, true, false> {

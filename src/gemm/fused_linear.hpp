@@ -29,6 +29,7 @@
 #include "common/error.hpp"
 #include "gemm/configs.hpp"
 #include "gemm/kernel_api.hpp"
+#include "gemm/one_lane_tma_store.hpp"
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -106,22 +107,50 @@ struct HasEpilogueDispatchPolicy : std::false_type {};
 template <class Program>
 struct HasEpilogueDispatchPolicy<Program, std::void_t<typename Program::EpilogueDispatchPolicy>> : std::true_type {};
 
+/// The TMA op that writes D: the program's `using StoreOp = ...` (ReduceAddEpilogue's OneLaneTmaReduceAdd), else
+/// the builder's SM90_TMA_STORE.
+using DefaultStoreOp = cute::SM90_TMA_STORE;
+template <class Program, class = void>
+struct StoreOpOf {
+  using type = DefaultStoreOp;
+};
+template <class Program>
+struct StoreOpOf<Program, std::void_t<typename Program::StoreOp>> {
+  using type = typename Program::StoreOp;
+};
+
+/// An sm90 TMA CollectiveEpilogue with its S2G copy op (the 12th type after the dispatch policy) replaced by
+/// NewStore; everything else is the builder's.
+template <class Collective, class NewStore>
+struct ReplaceStoreOp;
+template <class Policy, class Tile, class EpiTile, class EC, class SC, class ED, class SD, class Fusion, class G2S,
+          class SmemC, class S2R, class S2G, class SmemD, class R2S, class AtomC, class R2R, class NewStore>
+struct ReplaceStoreOp<cutlass::epilogue::collective::CollectiveEpilogue<Policy, Tile, EpiTile, EC, SC, ED, SD, Fusion,
+                                                                        G2S, SmemC, S2R, S2G, SmemD, R2S, AtomC, R2R>,
+                      NewStore> {
+  using type = cutlass::epilogue::collective::CollectiveEpilogue<Policy, Tile, EpiTile, EC, SC, ED, SD, Fusion, G2S,
+                                                                 SmemC, S2R, NewStore, SmemD, R2S, AtomC, R2R>;
+};
+
 /// CollectiveEpilogue of a program: CUTLASS's builder, or (when the program defines EpilogueDispatchPolicy, an
-/// Sm90TmaWarpSpecialized<StagesC, StagesD, ...>) the builder's implementation with that policy.
+/// Sm90TmaWarpSpecialized<StagesC, StagesD, ...>) the builder's implementation with that policy; either with the
+/// program's store op (StoreOpOf) in the S2G slot.
 template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
           class LayoutD, int kAlignmentD, bool = HasEpilogueDispatchPolicy<Program>::value>
 struct EpilogueOf {
-  using type = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using Built = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
       typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD,
       typename Config::EpilogueSchedule, typename Program::Fusion>::CollectiveOp;
+  using type = typename ReplaceStoreOp<Built, typename StoreOpOf<Program>::type>::type;
 };
 template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
           class LayoutD, int kAlignmentD>
 struct EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD, true> {
-  using type = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
+  using Built = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
       typename Config::TileShape, typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD,
       LayoutD, kAlignmentD, typename Program::Fusion, typename Program::EpilogueDispatchPolicy>::CollectiveOp;
+  using type = typename ReplaceStoreOp<Built, typename StoreOpOf<Program>::type>::type;
 };
 
 }  // namespace detail
@@ -193,6 +222,9 @@ struct FusedLinear {
   // long-K cooperative kernel keeps more mainloop stages): then the builder's implementation with that policy.
   using CollectiveEpilogue = typename detail::EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC,
                                                          ElementD, LayoutD, kAlignmentD>::type;
+  /// D += the tile through TMA reduce-add (the program's StoreOp): the kernel adds into D in place.
+  static constexpr bool kReduceAdd =
+      std::is_base_of_v<cute::SM90_TMA_REDUCE_ADD, typename detail::StoreOpOf<Program>::type>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA, kAlignmentAB, ElementAB, LayoutB,
@@ -339,6 +371,11 @@ struct FusedLinear {
     }
     if constexpr (detail::HasCheckArgs<Epilogue>::value) {
       if (char const* why = Epilogue::check_args(epi)) return no(CODA_ERROR_INVALID_ARGUMENT, why);
+    }
+    if constexpr (kReduceAdd) {
+      if (op.C != nullptr && op.C != op.D) {
+        return no(CODA_ERROR_INVALID_ARGUMENT, "this kernel adds into D in place (TMA reduce-add): C must be D or null");
+      }
     }
     if (knobs.swizzle != 1 && knobs.swizzle != 2 && knobs.swizzle != 4 && knobs.swizzle != 8) {
       return no(CODA_ERROR_INVALID_ARGUMENT, "swizzle must be 1, 2, 4 or 8, got ", knobs.swizzle);

@@ -44,6 +44,8 @@ Ops const& wgrad_bf16_bf16_pp_128x128x64_c2x1();
 Ops const& wgrad_bf16_bf16_coop_128x256x64_c2x1();
 Ops const& wgrad_bf16_fp32_sk_128x256x64_c2x1();
 Ops const& wgrad_bf16_fp32_pp_128x128x64_c2x1();
+// wgrad, bf16 -> fp32, adding into D only (beta = 1): TMA reduce-add, no C loads (ReduceAddEpilogue).
+Ops const& wgrad_bf16_fp32_pp_128x128x64_c2x1_radd();
 
 }  // namespace plain
 }  // namespace coda::gemm

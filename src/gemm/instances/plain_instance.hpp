@@ -32,4 +32,9 @@ template <class Config, class Layout, class ElementD, int kStagesD>
 using PlainStoreGemm = FusedLinear<Config, ScaleEpilogue<kStagesD>, cutlass::bfloat16_t, ElementD, typename Layout::A,
                                    typename Layout::B>;
 
+/// Add-into-D (beta = 1, C = D) through TMA reduce-add, fp32 D, with kStagesD D store buffers.
+template <class Config, class Layout, int kStagesD>
+using PlainReduceAddGemm = FusedLinear<Config, ReduceAddEpilogue<kStagesD>, cutlass::bfloat16_t, float,
+                                       typename Layout::A, typename Layout::B>;
+
 }  // namespace coda::gemm::plain
