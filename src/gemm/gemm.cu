@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <limits>
@@ -378,6 +379,11 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   }
   if (size_t const coda_i = fastest_coda(); coda_i < all.size()) {  // over stage 2's refinements too
     *best_coda_out = all[coda_i], *best_coda_ms = times[coda_i];
+  }
+  if (runtime::env_flag("CODA_AUTOTUNE_LOG")) {  // every candidate's time, in timing order, then the pick
+    std::string line = coda::detail::concat("[coda] GEMM tuning of ", describe(a), ":");
+    for (size_t i = 0; i < all.size(); ++i) line += coda::detail::concat(" ", name_of(all[i]), "=", times[i]);
+    std::fprintf(stderr, "%s -> %s\n", line.c_str(), name_of(all[best]).c_str());
   }
   *best_ms = times[best];
   return all[best];
