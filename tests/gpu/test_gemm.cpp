@@ -562,6 +562,12 @@ TEST(GpuGemm, BurstTuningIsCachedUnderItsOwnKey) {
   tune_with_mode("burst");
 }
 
+// sustained: the default timing, then the finalists re-timed back to back under load.
+TEST(GpuGemm, SustainedTuningIsCachedUnderItsOwnKey) {
+  CODA_REQUIRE_SM90();
+  tune_with_mode("sustained");
+}
+
 TEST(GpuGemm, BadCandidatesAreClearErrors) {
   CODA_REQUIRE_SM90();
   Problem const p(kFwd, 7, 16, 24, 9, false);
