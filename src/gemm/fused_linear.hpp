@@ -119,7 +119,7 @@ struct StoreOpOf<Program, std::void_t<typename Program::StoreOp>> {
   using type = typename Program::StoreOp;
 };
 
-/// An sm90 TMA CollectiveEpilogue with its S2G copy op (the 12th type after the dispatch policy) replaced by
+/// An sm90 TMA CollectiveEpilogue with its S2G copy op (the 12th template argument) replaced by
 /// NewStore; everything else is the builder's.
 template <class Collective, class NewStore>
 struct ReplaceStoreOp;
@@ -374,7 +374,8 @@ struct FusedLinear {
     }
     if constexpr (kReduceAdd) {
       if (op.C != nullptr && op.C != op.D) {
-        return no(CODA_ERROR_INVALID_ARGUMENT, "this kernel adds into D in place (TMA reduce-add): C must be D or null");
+        return no(CODA_ERROR_INVALID_ARGUMENT,
+                  "this kernel adds into D in place (TMA reduce-add): C must be D or null");
       }
     }
     if (knobs.swizzle != 1 && knobs.swizzle != 2 && knobs.swizzle != 4 && knobs.swizzle != 8) {

@@ -201,6 +201,33 @@ thread_local std::string t_last_choice;
 
 // ---- tuning ------------------------------------------------------------------------------------------------------
 
+/// Whether CUTLASS's heuristic raster order resolves to along M for kernel `info` on `a` at max swizzle `swizzle`
+/// (tile_scheduler_params.h: the CTA counts, rounded to the cluster, are padded to (1 << log swizzle) x cluster,
+/// log swizzle = 3 / 2 / 1 for a swizzle of 8 / 4 / 2 when the smaller count is >= 6 / 3 / 2; along M when N's count
+/// is then the larger). The ragged scheduler resolves it through the same code.
+bool heuristic_along_m(KernelInfo const& info, GemmArgs const& a, int swizzle) {
+  auto ctas = [](int64_t extent, int tile, int cluster) {
+    int64_t const t = (extent + tile - 1) / tile;
+    return (t + cluster - 1) / cluster * cluster;
+  };
+  int64_t const m = ctas(a.M, info.tile_m, info.cluster_m), n = ctas(a.N, info.tile_n, info.cluster_n);
+  int64_t const least = std::min(m, n);
+  int const log = swizzle >= 8 && least >= 6 ? 3 : swizzle >= 4 && least >= 3 ? 2 : swizzle >= 2 && least >= 2 ? 1 : 0;
+  auto pad = [&](int64_t count, int cluster) {
+    int64_t const q = (int64_t{1} << log) * cluster;
+    return (count + q - 1) / q * q;
+  };
+  return pad(n, info.cluster_n) > pad(m, info.cluster_m);
+}
+
+/// c with a heuristic raster replaced by the order it resolves to: two names, one schedule, compare equal.
+Candidate resolved(Candidate c, GemmArgs const& a) {
+  if (c.ops != nullptr && c.knobs.raster == Raster::kHeuristic) {
+    c.knobs.raster = heuristic_along_m(c.ops->info, a, c.knobs.swizzle) ? Raster::kAlongM : Raster::kAlongN;
+  }
+  return c;
+}
+
 /// Stage 1's swizzles (at the heuristic raster): 1, the default knobs, and 8, the L2-friendly order. At swizzle 1
 /// pp_128x192x64_c2x1_d6 read 6.0 GB of DRAM for llama3-8B gate/up (8192 x 28672 x 4096) against 2.4 GB at raster n,
 /// swizzle 8 (ncu), so a kernel timed only at swizzle 1 could lose stage 1 on an order stage 2 would have fixed;
@@ -247,7 +274,7 @@ std::vector<Candidate> runnable_stage1(GemmArgs const& a, std::string* reasons =
     std::string const why = check(c, a);
     if (why.empty()) {
       out.push_back(c);
-    } else if (reasons != nullptr) {
+    } else if (reasons != nullptr && c.knobs.swizzle == kStage1Swizzles[0]) {  // once per kernel
       *reasons += coda::detail::concat("; ", name_of(c), ": ", why);
     }
   }
@@ -259,17 +286,11 @@ std::vector<Candidate> stage2_candidates(Candidate const& best, GemmArgs const& 
   std::vector<Candidate> out;
   if (best.ops == nullptr) return out;
   KernelInfo const& info = best.ops->info;
-  auto tiles = [](int64_t extent, int tile, int cluster) {
-    int64_t const t = (extent + tile - 1) / tile;
-    return (t + cluster - 1) / cluster * cluster;
-  };
-  bool const heuristic_along_m =
-      tiles(a.N, info.tile_n, info.cluster_n) > tiles(a.M, info.tile_m, info.cluster_m);
   for (Raster r : {Raster::kAlongM, Raster::kAlongN}) {
     for (int swizzle : {1, 2, 4, 8}) {
       bool const same_as_stage1 =
           std::find(std::begin(kStage1Swizzles), std::end(kStage1Swizzles), swizzle) != std::end(kStage1Swizzles) &&
-          best.knobs.raster == Raster::kHeuristic && (r == Raster::kAlongM) == heuristic_along_m;
+          best.knobs.raster == Raster::kHeuristic && (r == Raster::kAlongM) == heuristic_along_m(info, a, swizzle);
       if (same_as_stage1) continue;
       Candidate c = best;
       c.knobs.raster = r;
@@ -306,18 +327,19 @@ class StreamBuffer {
 /// was timed. Why the swizzle-8 orders: the cool timing undervalues them (llama3-8B gate/up: pp_128x192x64_c2x1 at
 /// swizzle 1 timed 2.75 ms on the cool card and ran 3.0 ms under sustained load, where d6 at raster n, swizzle 8 ran
 /// 2.85 ms; swizzle 1 read 6.0 GB of DRAM, n/8 2.4 GB; bench/results/vs_quack/radd_tuner/).
-std::vector<Candidate> finalists(std::vector<Candidate> const& all, std::vector<float> const& times) {
+std::vector<Candidate> finalists(std::vector<Candidate> const& all, std::vector<float> const& times,
+                                 GemmArgs const& a) {
   std::vector<size_t> ranked;
   for (size_t i = 0; i < all.size(); ++i) {
     if (times[i] < std::numeric_limits<float>::infinity()) ranked.push_back(i);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) { return times[x] < times[y]; });
   std::vector<Candidate> out;
-  std::vector<std::string> names;
+  std::vector<std::string> schedules;  // the resolved names: a heuristic raster and its explicit twin are one run
   auto add = [&](Candidate const& c) {
-    std::string const name = name_of(c);
-    if (std::find(names.begin(), names.end(), name) != names.end()) return;
-    names.push_back(name);
+    std::string const schedule = name_of(resolved(c, a));
+    if (std::find(schedules.begin(), schedules.end(), schedule) != schedules.end()) return;
+    schedules.push_back(schedule);
     out.push_back(c);
   };
   int kernels = 0;
@@ -375,6 +397,7 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   };
 
   std::vector<Candidate> all = stage1;
+  bool finals_ran = false;
   if (cublas_allowed) all.push_back(Candidate{});
   std::vector<float> times = run_all(all, timing);
   // The fastest CODA kernel that ran (index into all), or all.size().
@@ -416,23 +439,28 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
     all.insert(all.end(), refine.begin(), refine.end());
     times.insert(times.end(), refine_times.begin(), refine_times.end());
   }
-  if (finals) {
+  if (std::vector<Candidate> list = finals ? finalists(all, times, a) : std::vector<Candidate>{}; !list.empty()) {
     // Only the finalists compete, with their sustained-load times (a cool-card time ranks a kernel that draws more
-    // power, e.g. through more DRAM traffic, higher than the power limit will let it run).
-    std::vector<Candidate> list = finalists(all, times);
+    // power, e.g. through more DRAM traffic, higher than the power limit will let it run). Should none of them run
+    // again, stages 1-2 decide.
     std::vector<float> const final_times = run_all(list, runtime::TimingOptions::sustained());
-    all = std::move(list);
-    times = final_times;
+    if (std::any_of(final_times.begin(), final_times.end(),
+                    [](float ms) { return ms < std::numeric_limits<float>::infinity(); })) {
+      all = std::move(list);
+      times = final_times;
+      finals_ran = true;
+    }
   }
   size_t const best = static_cast<size_t>(std::min_element(times.begin(), times.end()) - times.begin());
   if (!(times[best] < std::numeric_limits<float>::infinity())) {
     coda::detail::fail(CODA_ERROR_INTERNAL, "GEMM autotuning: no candidate could run ", describe(a));
   }
-  if (size_t const coda_i = fastest_coda(); coda_i < all.size()) {  // over stage 2's refinements too
+  if (size_t const coda_i = fastest_coda(); coda_i < all.size()) {  // over stage 2's refinements too (or the finals)
     *best_coda_out = all[coda_i], *best_coda_ms = times[coda_i];
   }
   if (runtime::env_flag("CODA_AUTOTUNE_LOG")) {  // every candidate's time, in timing order, then the pick
-    std::string line = coda::detail::concat("[coda] GEMM tuning of ", describe(a), ":");
+    std::string line =
+        coda::detail::concat("[coda] GEMM tuning of ", describe(a), finals_ran ? ", sustained finals" : "", ":");
     for (size_t i = 0; i < all.size(); ++i) line += coda::detail::concat(" ", name_of(all[i]), "=", times[i]);
     std::fprintf(stderr, "%s -> %s\n", line.c_str(), name_of(all[best]).c_str());
   }
@@ -456,8 +484,8 @@ runtime::TimingOptions timing_for(std::string const& mode) {
   return runtime::TimingOptions{};
 }
 
-/// The winner cache key. Each timing method has its own keys ("|tune=settled", "|tune=burst"): the methods can
-/// pick differently, and a cache file says which one picked.
+/// The winner cache key. Each timing method has its own keys ("|tune=settled", "|tune=burst", "|tune=sustained"): the
+/// methods can pick differently, and a cache file says which one picked.
 std::string tune_key(GemmArgs const& a, bool cublas_allowed) {
   std::string const mode = tuning_mode();
   return coda::detail::concat("gemm|M=", a.M, "|N=", a.N, "|K=", a.K, "|ab=", dtype_name(a.dtype_ab),
@@ -517,7 +545,6 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
                        describe(a), reasons.empty() ? " (none compiled for this layout/dtype)" : reasons,
                        cublas_why.empty() ? " and cuBLAS is excluded by CODA_GEMM_NO_CUBLAS" : "; " + cublas_why);
   }
-  if (stage1.size() == 1 && !cublas_allowed) return stage1.front();
 
   Candidate fallback = cublas_allowed ? Candidate{} : stage1.front();
   std::string const autotune = runtime::env_string("CODA_GEMM_AUTOTUNE");

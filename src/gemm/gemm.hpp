@@ -43,8 +43,8 @@ void run(GemmArgs const& args, void* workspace, size_t workspace_bytes, cudaStre
 // run() uses, in order: the candidate pinned by CODA_GEMM_CONFIG (error if it cannot run the problem), the tuned
 // winner cached for (M, N, K, dtypes, layouts, accumulate, cuBLAS allowed, device), or tunes now. Environment:
 // CODA_GEMM_CONFIG=<candidate>, CODA_GEMM_NO_CUBLAS=1 (CODA kernels only), CODA_GEMM_AUTOTUNE=0 (no timing: a
-// fixed default) or =settled (tuned at the sustained-load clock, TimingOptions::settled),
-// CODA_AUTOTUNE_CACHE=<file> (runtime/autotune.hpp).
+// fixed default), =settled, =burst or =sustained (other timing methods: docs/GEMM.md), CODA_AUTOTUNE_LOG=1 (each
+// tuning's times on stderr), CODA_AUTOTUNE_CACHE=<file> (runtime/autotune.hpp).
 
 /// Upper bound of workspace_size() over every dtype and layout of an M x N x K problem (for callers that do not
 /// know them yet, e.g. coda_gemm_workspace_size(M, N, K)).

@@ -79,10 +79,11 @@ struct ScaleEpilogue {
 };
 
 /// The add-into-D plain epilogue: D += alpha * acc with the tile written by TMA reduce-add (cp.reduce.async.bulk
-/// .add, from one lane), so D is never loaded into the CTA: no C smem and no C loads in the epilogue, and the mainloop keeps the
-/// stages C would take; L2 adds each fp32 element once (one CTA per output tile), so the result is that of
-/// beta = 1 with C = D, bit for bit, and deterministic. beta must be 1; fp32 D only (a 16-bit D would round the sum
-/// in L2's add, not once in fp32).
+/// .add, from one lane), so D is never loaded into the CTA: no C smem and no C loads in the epilogue, and the
+/// mainloop keeps the stages C would take; L2 adds each fp32 element once (one CTA per output tile), so the result is that of
+/// beta = 1 with C = D (alpha * acc rounded, then one rounded fp32 add; the same bits as the C-loading kernel on the
+/// LM head's dW shape, wgrad_accumulate_ab.py; whether L2's add keeps subnormals is not checked), and
+/// deterministic. beta must be 1; fp32 D only (a 16-bit D would round the sum in L2's add, not once in fp32).
 template <int kStagesD>
 struct ReduceAddEpilogue {
   using Args = LinearCombinationArgs;

@@ -4,8 +4,9 @@
 // ~31x the product at K = 8, 2056 and 8200; bench/results/vs_quack/lm_head_exp_default). For a plain store the
 // copies cost nothing measurable: a one-lane SM90_TMA_STORE in pp_128x192x64_c2x1_d6 left L2 write sectors (22.0 M)
 // and time unchanged at llama3-8B gate/up (ncu, bench/results/vs_quack/radd_tuner/), so only the reduction needs
-// it. OneLaneTmaReduceAdd is SM90_TMA_REDUCE_ADD with the issue predicated on lane 0; the commit and wait of the store pipeline stay as they are
-// (the other lanes commit empty bulk groups, and the epilogue's named barrier after the wait covers lane 0's).
+// it. OneLaneTmaReduceAdd is SM90_TMA_REDUCE_ADD with the issue predicated on lane 0; the commit and wait of the
+// store pipeline stay as they are (the other lanes commit empty bulk groups, and the epilogue's named barrier after
+// the wait covers lane 0's).
 // CUTLASS-heavy header: kernel translation units only.
 #pragma once
 

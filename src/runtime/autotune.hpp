@@ -35,7 +35,8 @@ struct TimingOptions {
   /// and lost (geomean 0.973 vs cuBLAS) against one sequential pass (0.989, 0.992): keep 1 until understood.
   int rounds = 1;
   float target_ms = 40.0f;  ///< aim for about this much timed work per candidate (all rounds together)
-  /// Before any timing, this long of back-to-back runs of the candidates in turn (each after its L2 flush), so
+  /// Before any timing, this long of back-to-back runs of the candidates in turn (each after its L2 flush, except
+  /// with back_to_back, which settles at the load its timing sees), so
   /// that the SM clock has settled where sustained load holds it (the H200 at 700 W: ~1300-1500 MHz instead of
   /// 1980 MHz cool). 0: no warm-up (a cool-card timing).
   float warm_ms = 0.0f;

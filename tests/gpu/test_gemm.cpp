@@ -357,6 +357,8 @@ constexpr ProblemClass kFwdAcc{"fwd bf16->bf16 accumulate", false, false, CODA_B
 constexpr ProblemClass kDgrad{"dgrad bf16->bf16", false, true, CODA_BF16, CODA_BF16, false, 1.0f};
 constexpr ProblemClass kWgrad{"wgrad bf16->bf16", true, true, CODA_BF16, CODA_BF16, false, 1.0f};
 constexpr ProblemClass kWgradF32Acc{"wgrad bf16->fp32 accumulate", true, true, CODA_BF16, CODA_FP32, true, 1.0f};
+constexpr ProblemClass kWgradF32AccHalf{"wgrad bf16->fp32 accumulate, alpha 0.5", true, true, CODA_BF16, CODA_FP32,
+                                        true, 0.5f};
 constexpr ProblemClass kWgradF32{"wgrad bf16->fp32", true, true, CODA_BF16, CODA_FP32, false, 0.25f};
 constexpr ProblemClass kOther{"A M-major, B K-major bf16->bf16", true, false, CODA_BF16, CODA_BF16, false, 1.0f};
 constexpr ProblemClass kFwdF16{"fwd fp16->fp16", false, false, CODA_FP16, CODA_FP16, false, 1.0f};
@@ -472,6 +474,7 @@ TEST(GpuGemm, WgradFp32Output) {
   CODA_REQUIRE_SM90();
   sweep(kWgradF32, small_shapes(), true);
   sweep(kWgradF32Acc, small_shapes(), false);
+  sweep(kWgradF32AccHalf, small_shapes(), false);  // alpha != 1: the add-into-D kernel's multiply
 }
 
 TEST(GpuGemm, CublasOnlyCombinations) {
@@ -562,10 +565,15 @@ TEST(GpuGemm, BurstTuningIsCachedUnderItsOwnKey) {
   tune_with_mode("burst");
 }
 
-// sustained: the default timing, then the finalists re-timed back to back under load.
+// sustained: the default timing, then the finalists re-timed back to back under load (the log says the finals ran).
 TEST(GpuGemm, SustainedTuningIsCachedUnderItsOwnKey) {
   CODA_REQUIRE_SM90();
+  setenv("CODA_AUTOTUNE_LOG", "1", 1);
+  testing::internal::CaptureStderr();
   tune_with_mode("sustained");
+  std::string const log = testing::internal::GetCapturedStderr();
+  unsetenv("CODA_AUTOTUNE_LOG");
+  EXPECT_NE(log.find("sustained finals"), std::string::npos) << log;
 }
 
 TEST(GpuGemm, BadCandidatesAreClearErrors) {
