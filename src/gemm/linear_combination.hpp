@@ -80,9 +80,9 @@ struct ScaleEpilogue {
 
 /// The add-into-D plain epilogue: D += alpha * acc with the tile written by TMA reduce-add (cp.reduce.async.bulk
 /// .add, from one lane), so D is never loaded into the CTA: no C smem and no C loads in the epilogue, and the
-/// mainloop keeps the stages C would take; L2 adds each fp32 element once (one CTA per output tile), so the result is that of
-/// beta = 1 with C = D (alpha * acc rounded, then one rounded fp32 add; the same bits as the C-loading kernel on the
-/// LM head's dW shape, wgrad_accumulate_ab.py; whether L2's add keeps subnormals is not checked), and
+/// mainloop keeps the stages C would take. L2 adds each fp32 element once (one CTA per output tile), so the result is
+/// that of beta = 1 with C = D (alpha * acc rounded, then one rounded fp32 add; the same bits as the C-loading kernel
+/// on the LM head's dW shape, wgrad_accumulate_ab.py; whether L2's add keeps subnormals is not checked), and
 /// deterministic. beta must be 1; fp32 D only (a 16-bit D would round the sum in L2's add, not once in fp32).
 template <int kStagesD>
 struct ReduceAddEpilogue {
@@ -93,24 +93,11 @@ struct ReduceAddEpilogue {
                              : "this kernel adds into D (beta = 1, TMA reduce-add): overwriting needs one that stores";
   }
 
+  /// ScaleEpilogue's program (D = alpha * acc, kStagesD D buffers, no C) with the reduction in the store's slot.
   template <class Traits>
-  struct Program {
-    using ElementD = typename Traits::ElementD;
-    static_assert(std::is_same_v<ElementD, float>, "ReduceAddEpilogue: fp32 D only");
-    using ElementC = void;
-    static constexpr auto kRound = Traits::kRound;
-    using EpilogueDispatchPolicy = DeepStorePolicy<Traits, void, kStagesD>;
+  struct Program : ScaleEpilogue<kStagesD>::template Program<Traits> {
+    static_assert(std::is_same_v<typename Traits::ElementD, float>, "ReduceAddEpilogue: fp32 D only");
     using StoreOp = OneLaneTmaReduceAdd;  // issued by one lane: warp 0's 32 would add the tile 32 times
-
-    using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>,
-        cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>, cutlass::epilogue::fusion::Sm90AccFetch>;
-
-    /// {op_0 = alpha, op_1 = acc fetch, op_2 = multiply node}
-    template <class FusionArguments>
-    static void make_args(FusionArguments& out, Args const& args, Operands const& /*operands*/) {
-      out.op_0.scalars[0] = args.alpha;
-    }
   };
 };
 
