@@ -29,7 +29,6 @@
 #include "common/error.hpp"
 #include "gemm/configs.hpp"
 #include "gemm/kernel_api.hpp"
-#include "gemm/one_lane_tma_store.hpp"
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>

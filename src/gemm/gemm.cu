@@ -555,9 +555,9 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
   if (std::optional<Candidate> c = cached()) return *c;  // another thread tuned it meanwhile
   float ms = 0.0f, coda_ms = 0.0f;
   std::optional<Candidate> best_coda;
-  std::optional<Candidate> winner =
-      tune(a, stage1, cublas_allowed, timing_for(tuning_mode()), tuning_mode() == "sustained",
-           workspace, workspace_bytes, stream, &ms, &best_coda, &coda_ms);
+  std::string const mode = tuning_mode();
+  std::optional<Candidate> winner = tune(a, stage1, cublas_allowed, timing_for(mode), mode == "sustained", workspace,
+                                         workspace_bytes, stream, &ms, &best_coda, &coda_ms);
   if (!winner) return fallback;
   cache.store(key, device, name_of(*winner), ms);
   // The same timings give the answer without cuBLAS (CODA_GEMM_NO_CUBLAS, and what a capture runs).

@@ -10,12 +10,10 @@
 
 #include "gemm/fused_linear.hpp"
 #include "gemm/kernel_api.hpp"
+#include "gemm/one_lane_tma_store.hpp"
 #include "gemm/plain_kernels.hpp"
 
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
-#include "gemm/one_lane_tma_store.hpp"
-
-#include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/functional.h>
 
 #include <type_traits>

@@ -69,17 +69,14 @@ struct TimingOptions {
     return o;
   }
 
-  /// The finals of CODA_GEMM_AUTOTUNE=sustained: ~1.5 s of back-to-back runs of the finalists in turn with no L2
-  /// flush between them (a memset per run lowers the board's average power, so the card never reaches its limit
-  /// and a kernel's energy stays invisible), then 3 rounds in rotating order of ~120 ms back-to-back windows: long
-  /// enough that the power limiter has set the clock for the kernel being timed, as vs_quack.py's 150 ms windows.
+  /// The finals of CODA_GEMM_AUTOTUNE=sustained: settled() without its L2 flush per run (a memset per run lowers
+  /// the board's average power, so the card never reaches its limit and a kernel's energy stays invisible) and with
+  /// ~120 ms back-to-back windows per round: long enough that the power limiter has set the clock for the kernel
+  /// being timed, as vs_quack.py's 150 ms windows.
   static TimingOptions sustained() {
-    TimingOptions o;
-    o.min_reps = 3;
+    TimingOptions o = settled();
     o.max_reps = 1000;
-    o.rounds = 3;
-    o.target_ms = 360.0f;
-    o.warm_ms = 1500.0f;
+    o.target_ms = 3 * 120.0f;  // over settled()'s 3 rounds
     o.back_to_back = true;
     return o;
   }
