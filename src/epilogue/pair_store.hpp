@@ -13,6 +13,11 @@
 // Requirements (checked by the op's validation): N % 16 == 0, y 8-byte aligned, ldy % 4 == 0. Rows >= M and
 // columns >= N/2 (subtiles overhanging N) are not written; a 4-column y group is never partial (N/2 % 8 == 0).
 //
+// kRowScale: the node first multiplies its input by a per-row fp32 scale s[m] (F3's rstd), read from global memory
+// for the two rows of each subtile as it is visited, and returns v * s (y is built from the scaled values). A
+// Sm90ColBroadcast operand instead holds the tile's 4 row values in registers through the whole epilogue: with
+// the 192 accumulators of a pingpong 128x192 tile that spilled (12 bytes); loaded per subtile, nothing spills.
+//
 // Host reference of the node's semantics: pair_store_reference() below (plain C++, used by the unit test).
 #pragma once
 
@@ -48,8 +53,9 @@ std::vector<T> pair_store_reference(std::vector<T> const& v, int64_t rows, int64
 #if defined(__CUDACC__)
 
 /// The node. `PairFn` is a default-constructible functor `float operator()(float even, float odd) const` (device).
-/// `ElementY` is the y element (16-bit: bf16 or fp16). Arguments: y pointer and its row stride (elements).
-template <class PairFn, class ElementY>
+/// `ElementY` is the y element (16-bit: bf16 or fp16). Arguments: y pointer and its row stride (elements); with
+/// kRowScale, the [M] fp32 row scale (contiguous).
+template <class PairFn, class ElementY, bool kRowScale = false>
 struct Sm90PairStore : Sm90StoreOnlyNode {
   static_assert(cutlass::sizeof_bits<ElementY>::value == 16, "PairStore packs two 16-bit y values per shuffle");
 
@@ -57,6 +63,7 @@ struct Sm90PairStore : Sm90StoreOnlyNode {
   struct Arguments {
     ElementY* ptr_y = nullptr;
     int64_t ldy = 0;
+    float const* row_scale = nullptr;  ///< kRowScale only: [M] fp32
   };
   using Params = Arguments;
 
@@ -64,7 +71,7 @@ struct Sm90PairStore : Sm90StoreOnlyNode {
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     auto const n = cute::get<1>(problem_shape);
     return args.ptr_y != nullptr && n % 16 == 0 && args.ldy % 4 == 0 &&
-           (reinterpret_cast<uintptr_t>(args.ptr_y) & 7u) == 0;
+           (reinterpret_cast<uintptr_t>(args.ptr_y) & 7u) == 0 && (!kRowScale || args.row_scale != nullptr);
   }
 
   CUTLASS_HOST_DEVICE Sm90PairStore() {}
@@ -85,12 +92,26 @@ struct Sm90PairStore : Sm90StoreOnlyNode {
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v, int epi_m,
-                              int epi_n, cutlass::Array<ElementInput, FragmentSize> const& v) {
+                              int epi_n, cutlass::Array<ElementInput, FragmentSize> const& input) {
       static_assert(FragmentSize == 16, "expects the EpilogueTileAuto wgmma fragment: 4 column groups x 2 rows x 2 cols");
       PairFn fn{};
       cutlass::NumericConverter<ElementY, float, cutlass::FloatRoundStyle::round_to_nearest> to_y{};
       int const q = static_cast<int>(threadIdx.x) & 3;
       auto coords = tC_cY(cute::_, cute::_, cute::_, epi_m, epi_n);
+      cutlass::Array<ElementInput, FragmentSize> v = input;
+      if constexpr (kRowScale) {
+        // Positions 4j+{0,1} are row r, 4j+{2,3} row r+8 (header); one scale per row, fp32 multiply as
+        // Sm90Compute<multiplies> would do it.
+        int const m_r = static_cast<int>(cute::get<0>(coords(0)));
+        int const m_r8 = static_cast<int>(cute::get<0>(coords(2)));
+        // Rows >= M (never stored) read row M - 1: a clamped index, where a predicated load spilled at 128x192.
+        float const s_r = __ldg(params->row_scale + min(m_r, M - 1));
+        float const s_r8 = __ldg(params->row_scale + min(m_r8, M - 1));
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < FragmentSize; ++i) {
+          v[i] = static_cast<ElementInput>(static_cast<float>(input[i]) * ((i & 2) == 0 ? s_r : s_r8));
+        }
+      }
 
       CUTLASS_PRAGMA_UNROLL
       for (int b = 0; b < FragmentSize / 16; ++b) {

@@ -17,14 +17,15 @@ namespace {
 // pin every config of every op) and the benchmarks, so a config compiled but missing here fails the tests.
 constexpr char const* kCoop = "coop_128x256x64_c2x1";
 constexpr char const* kPingpong = "pp_128x128x64_c2x1";
-constexpr int kMaxConfigs = 2;  // the most any op compiles for bf16
+constexpr char const* kPingpong192 = "pp_128x192x64_c2x1";
+constexpr int kMaxConfigs = 3;  // the most any op compiles for bf16
 struct FusedOp {
   char const* name;
   char const* bf16[kMaxConfigs];  ///< nullptr-padded
 };
 constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", {kCoop, kPingpong}},
                                  {"coda_linear_residual_rmsnorm", {kCoop, kPingpong}},
-                                 {"coda_linear_rowscale_swiglu", {kCoop, kPingpong}},
+                                 {"coda_linear_rowscale_swiglu", {kCoop, kPingpong, kPingpong192}},
                                  {"coda_linear_rowscale_rope", {kCoop, kPingpong}},
                                  {"coda_linear_rowscale_lse", {kCoop, kPingpong}},
                                  {"coda_linear_residual_rmsnorm_bwd", {kCoop, kPingpong}},
@@ -70,7 +71,7 @@ void check_pin(std::string const& spec, FusedOp const* op, std::string const& pi
   bool ok = false;
   for (FusedOp const& f : kFusedOps) ok = ok || ((op == nullptr || op == &f) && compiles(f, config));
   if (!ok) {
-    std::string const compiled = op != nullptr ? joined(*op) : std::string(kCoop) + "," + kPingpong;
+    std::string const compiled = op != nullptr ? joined(*op) : std::string(kCoop) + "," + kPingpong + "," + kPingpong192;
     bad_spec(spec, (op != nullptr ? std::string(op->name) + " compiles" : std::string("the fused ops compile")) +
                        " no config '" + config + "' (compiled for bf16: " + compiled + "; fp16: " + kPingpong + ")");
   }

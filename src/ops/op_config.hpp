@@ -40,20 +40,34 @@ struct KernelChoice {
 /// pp_128x128x64_c2x1 only), in its dispatcher's order; nullptr for a name that is not a fused op. Static storage.
 char const* fused_op_configs(char const* op, bool fp16);
 
-/// Every fused op compiles bf16 {coop_128x256x64_c2x1, pp_128x128x64_c2x1} and fp16 {pp_128x128x64_c2x1}. Returns
-/// the pinned kernel among those of the dtype, else the pingpong one; the op then applies its own shape rules
-/// (some take the cooperative kernel at long K: docs/FUSED_OPS.md "Dispatch").
+/// The kernel among an op's compiled ones: `bf16` in the order op_config.cu lists the op's bf16 configs, and the
+/// one fp16 kernel (pingpong 128x128). Returns the pinned kernel of the dtype, else bf16[fallback] (fp16: the fp16
+/// one); the op then applies its own shape rules (docs/FUSED_OPS.md "Dispatch").
+template <class Args, int N>
+KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const* const (&bf16)[N],
+                                 gemm::KernelOps<Args> const& fp16_pp, int fallback) {
+  gemm::KernelOps<Args> const* all[N] = {};
+  gemm::KernelInfo const* infos[N] = {};
+  int count = 0;
+  if (fp16) {
+    all[count++] = &fp16_pp;
+  } else {
+    for (gemm::KernelOps<Args> const* k : bf16) all[count++] = k;
+  }
+  for (int i = 0; i < count; ++i) infos[i] = &all[i]->info;
+  KernelChoice<Args> c;
+  int const pick = pinned_config(op, infos, count, &c.knobs);
+  c.pinned = pick >= 0;
+  c.ops = all[c.pinned ? pick : (fp16 ? 0 : fallback)];
+  return c;
+}
+
+/// Most fused ops compile bf16 {coop_128x256x64_c2x1, pp_128x128x64_c2x1} and fp16 {pp_128x128x64_c2x1}; the
+/// default is the pingpong one.
 template <class Args>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_coop,
                                  gemm::KernelOps<Args> const& bf16_pp, gemm::KernelOps<Args> const& fp16_pp) {
-  gemm::KernelOps<Args> const* const all[] = {&bf16_coop, &bf16_pp, &fp16_pp};
-  gemm::KernelInfo const* const infos[] = {&all[0]->info, &all[1]->info, &all[2]->info};
-  int const first = fp16 ? 2 : 0, count = fp16 ? 1 : 2;
-  KernelChoice<Args> c;
-  int const pick = pinned_config(op, infos + first, count, &c.knobs);
-  c.pinned = pick >= 0;
-  c.ops = all[first + (c.pinned ? pick : count - 1)];
-  return c;
+  return choose_kernel(op, fp16, {&bf16_coop, &bf16_pp}, fp16_pp, 1);
 }
 
 /// The same for an op with one compiled config per dtype (bf16 and fp16 pingpong 128x128): CODA_OP_CONFIG may
@@ -61,12 +75,7 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
 template <class Args>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_pp,
                                  gemm::KernelOps<Args> const& fp16_pp) {
-  gemm::KernelOps<Args> const* const ops = fp16 ? &fp16_pp : &bf16_pp;
-  gemm::KernelInfo const* const infos[] = {&ops->info};
-  KernelChoice<Args> c;
-  c.pinned = pinned_config(op, infos, 1, &c.knobs) >= 0;
-  c.ops = ops;
-  return c;
+  return choose_kernel(op, fp16, {&bf16_pp}, fp16_pp, 0);
 }
 
 /// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused

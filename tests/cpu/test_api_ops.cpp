@@ -633,9 +633,11 @@ TEST(Abi, VersionAndDtypeSizes) {
 }
 
 TEST(Abi, FusedOpConfigs) {
-  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
+  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_BF16),
+               "coop_128x256x64_c2x1,pp_128x128x64_c2x1,pp_128x192x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("coda_linear_rowscale_swiglu", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_BF16), "pp_128x128x64_c2x1");
+  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
   EXPECT_EQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_FP32), nullptr);
   EXPECT_EQ(coda_fused_op_configs("gemm", CODA_BF16), nullptr);
   EXPECT_EQ(coda_fused_op_configs(nullptr, CODA_BF16), nullptr);
@@ -789,7 +791,7 @@ TEST(OpRules, OpConfigValidValuesReachTheDeviceStage) {
 
 TEST(OpRules, OpConfigAcceptsEveryListedConfigAndNoOther) {
   // coda_fused_op_configs is what the GPU tests and benchmarks pin: each listed config passes the check, and a
-  // config an op does not list (pp_128x192x64_c2x1: a plain-GEMM config) is refused for it.
+  // config an op does not list (pp_64x256x64_c2x1: a plain-GEMM config) is refused for it.
   RowScale f;
   auto& pool = f.pool;
   coda_tensor y = pool.make(CODA_FP16, {M, N});
@@ -808,11 +810,11 @@ TEST(OpRules, OpConfigAcceptsEveryListedConfigAndNoOther) {
       OpConfigEnv const env(pin.c_str());
       EXPECT_DEVICE_STAGE(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr), "h:");
     }
-    std::string const pin = std::string(op) + "=pp_128x192x64_c2x1";
+    std::string const pin = std::string(op) + "=pp_64x256x64_c2x1";
     SCOPED_TRACE(pin);
     OpConfigEnv const env(pin.c_str());
     EXPECT_REJECTED(coda_linear_rowscale(&f.h, &f.w, &f.rstd, &y, f.ws, f.ws_bytes, nullptr),
-                    CODA_ERROR_INVALID_ARGUMENT, "CODA_OP_CONFIG", "compiles no config 'pp_128x192x64_c2x1'");
+                    CODA_ERROR_INVALID_ARGUMENT, "CODA_OP_CONFIG", "compiles no config 'pp_64x256x64_c2x1'");
   }
 }
 
@@ -832,6 +834,8 @@ TEST(OpRules, OpConfigBadValuesAreRefusedWhicheverOpRuns) {
                       Bad{"linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=q", "raster"},
                       Bad{"linear_swiglu_bwd_zdz=coop_128x256x64_c2x1",
                           "coda_linear_swiglu_bwd_zdz compiles no config 'coop_128x256x64_c2x1'"},
+                      Bad{"linear_rowscale_rope=pp_128x192x64_c2x1",
+                          "coda_linear_rowscale_rope compiles no config 'pp_128x192x64_c2x1'"},
                       Bad{"linear_rowscal=pp_128x128x64_c2x1", "is not a fused op"},
                       Bad{"linear_rowscale_rope=pp_128x128x64_c2x1;coda_linear_rowscale_rope=pp_128x128x64_c2x1",
                           "named twice"},

@@ -1,8 +1,10 @@
 // F3's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory):
 //
-//   z = multiplies(ColBroadcast(rstd), acc)          fp32
-//   PairStore<Swiglu>(z): y[m,i] = silu(z[m,2i]) * z[m,2i+1], vector stores; returns z -> D = R(z)
+//   PairStore<Swiglu, row scale>(acc): z = rstd[m] * acc (fp32), y[m,i] = silu(z[m,2i]) * z[m,2i+1], vector
+//   stores; returns z -> D = R(z)
 //
+// The row scale sits in the node (read per subtile), not in a Sm90ColBroadcast operand, whose 4 row values per
+// thread stay in registers through the epilogue: with them the pingpong 128x192 kernel spilled (pair_store.hpp).
 // The gate/up weight is interleaved (rows g0,u0,g1,u1,...), so each (gate, up) pair sits in adjacent columns of
 // one thread's fragment (MATH.md "Layouts"). y and z both come from the fp32 z (one rounding each).
 #pragma once
@@ -35,21 +37,15 @@ struct SwigluEpilogue {
     // 4 z store buffers instead of the builder's 2 (mainloop stages unchanged: 6 at 128x128, 4 at 128x256).
     using EpilogueDispatchPolicy = gemm::DeepStorePolicy<Traits, void, 4>;
 
-    using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, typename Traits::TileShape, float, float,
-                                                             cute::Stride<cute::_1, cute::_0, int64_t>>;
-    using Z = cutlass::epilogue::fusion::Sm90EVT<
-        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Rstd,
-        cutlass::epilogue::fusion::Sm90AccFetch>;
-    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::Sm90PairStore<SwigluPair, ElementD>, Z>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::Sm90PairStore<SwigluPair, ElementD, true>,
+                                                      cutlass::epilogue::fusion::Sm90AccFetch>;
 
-    /// {op_0 = z subtree {op_0 = rstd, op_1 = acc, op_2 = multiply}, op_1 = pair store}
+    /// {op_0 = acc (none), op_1 = pair store}
     template <class FusionArguments>
-    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      out.op_0.op_0.ptr_col = args.rstd;
-      out.op_0.op_0.null_default = 0.0f;
-      out.op_0.op_0.dCol = {cute::_1{}, cute::_0{}, op.M};
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const&) {
       out.op_1.ptr_y = static_cast<ElementD*>(args.y);
       out.op_1.ldy = args.ldy;
+      out.op_1.row_scale = args.rstd;
     }
   };
 };

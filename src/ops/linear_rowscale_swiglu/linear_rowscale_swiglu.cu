@@ -10,24 +10,17 @@ void linear_rowscale_swiglu(int64_t M, int64_t N, int64_t K, void const* h, int6
                             int64_t ldw, float const* rstd, void* z, int64_t ldz, void* y, int64_t ldy, bool fp16,
                             cudaStream_t stream) {
   namespace kn = swiglu_kernels;
-  auto choice = choose_kernel("coda_linear_rowscale_swiglu", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
-                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
-  // Pingpong 128x128 (the SwiGLU epilogue, with 1.5x the plain GEMM's output bytes, overlaps the other
-  // warpgroup's MMA), raster along N, swizzle 8: 0.98-1.01 x cuBLAS on the LLaMA gate/up shapes, where the
-  // cooperative 128x256 took 1.16-1.28 x and the default raster up to 1.4 x (bench/results/fused_h200_*).
-  // At K >= 8192 (llama3-70B, bf16) the cooperative 128x256, raster along M, swizzle 8: under sustained load
-  // (bench/python/sweep_ops.py, back-to-back calls at the 700 W limit, M = 8192; bench/results/sweep_ops_h200/)
-  // 1.057 and 1.040 x cuBLAS in two runs against the pingpong default's 1.083 and 1.101 x; the pingpong kernel
-  // ran at ~1235 MHz, the cooperative one at ~1435 MHz (the cooperative kernel's exposed epilogue was not
-  // profiled). At 8B (K = 4096) and 1B the pingpong default was the best candidate or within noise of it.
-  if (!choice.pinned) {
-    if (K >= 8192 && !fp16) {
-      choice.ops = &kn::fwd_bf16_coop_128x256x64_c2x1();
-      choice.knobs = raster_m(8);
-    } else {
-      choice.knobs = raster_n(8);
-    }
-  }
+  auto choice = choose_kernel("coda_linear_rowscale_swiglu", fp16,
+                              {&kn::fwd_bf16_coop_128x256x64_c2x1(), &kn::fwd_bf16_pp_128x128x64_c2x1(),
+                               &kn::fwd_bf16_pp_128x192x64_c2x1()},
+                              kn::fwd_fp16_pp_128x128x64_c2x1(), 2);
+  // bf16: pingpong 128x192 (1.5x the 128x128 tile's FLOPs per operand byte; the SwiGLU epilogue, 1.5x the plain
+  // GEMM's output bytes, overlaps the other warpgroup's MMA), swizzle 8, raster along N, along M at K >= 8192.
+  // Under sustained load (bench/python/vs_quack.py, M = 8192, one run; bench/results/vs_quack/f3_192/), time /
+  // cuBLAS: 1B 0.984 (n/8) against 1.003 for the former default (pingpong 128x128, raster N, swizzle 8), 8B 1.014
+  // against 1.047, 70B 1.008 (m/8; n/8 1.023) against 1.044 for the former cooperative 128x256 at raster M,
+  // swizzle 8. fp16: pingpong 128x128 (the one fp16 config), raster N, swizzle 8.
+  if (!choice.pinned) choice.knobs = K >= 8192 && !fp16 ? raster_m(8) : raster_n(8);
   gemm::Knobs const& knobs = choice.knobs;
   gemm::Operands op;
   op.M = M, op.N = N, op.K = K;
