@@ -47,8 +47,8 @@ struct Coop128x256x64C1x1 : Mainloop<128, 256, 1, 1, false, false> {
 struct Pp128x128x64C2x1 : Mainloop<128, 128, 2, 1, true, false> {
   static constexpr char const* kName = "pp_128x128x64_c2x1";
 };
-/// Pingpong 128x192 (192 fp32 accumulators per consumer thread): 1.5x the 128x128 tile's FLOPs per operand byte
-/// while one warpgroup's epilogue still hides behind the other's MMA; quack's fastest sm90 config on the LLaMA
+/// Pingpong 128x192 (192 fp32 accumulators per consumer thread): 1.5x the 128x128 tile's FLOPs for 1.25x its operand
+/// bytes, while one warpgroup's epilogue still hides behind the other's MMA; quack's fastest sm90 config on the LLaMA
 /// gate/up shapes (bench/results/vs_quack/). 192 divides few LLaMA widths (gate/up 16384 / 192 = 85.3 tiles), so
 /// it runs on the tile scheduler without swizzle padding (ragged_scheduler.hpp): CUTLASS's pads 86 N tiles to 88
 /// with swizzle 8, and llama3-1B down (N = 2048: 11 tiles to 16) ran 1.88x cuBLAS on it against 1.10x ragged.

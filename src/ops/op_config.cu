@@ -42,6 +42,19 @@ std::string joined(FusedOp const& op) {
   return out;
 }
 
+/// "a,b,c": every config some op compiles for bf16, each once, in first-listed order.
+std::string every_config() {
+  std::string out;
+  for (FusedOp const& f : kFusedOps) {
+    for (char const* c : f.bf16) {
+      if (c != nullptr && ("," + out + ",").find("," + std::string(c) + ",") == std::string::npos) {
+        out += (out.empty() ? "" : ",") + std::string(c);
+      }
+    }
+  }
+  return out;
+}
+
 bool compiles(FusedOp const& op, std::string const& config) {
   for (char const* c : op.bf16) {
     if (c != nullptr && config == c) return true;
@@ -71,7 +84,7 @@ void check_pin(std::string const& spec, FusedOp const* op, std::string const& pi
   bool ok = false;
   for (FusedOp const& f : kFusedOps) ok = ok || ((op == nullptr || op == &f) && compiles(f, config));
   if (!ok) {
-    std::string const compiled = op != nullptr ? joined(*op) : std::string(kCoop) + "," + kPingpong + "," + kPingpong192;
+    std::string const compiled = op != nullptr ? joined(*op) : every_config();
     bad_spec(spec, (op != nullptr ? std::string(op->name) + " compiles" : std::string("the fused ops compile")) +
                        " no config '" + config + "' (compiled for bf16: " + compiled + "; fp16: " + kPingpong + ")");
   }

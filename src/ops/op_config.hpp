@@ -25,7 +25,8 @@ int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int coun
 /// configs, knobs) and throws CODA_ERROR_INVALID_ARGUMENT naming the variable on the first problem; nothing when it
 /// is unset or empty. The C ABI's fused entry points call it with their argument checks, so a bad value is refused
 /// before a composite call (the block, the LM head) launches anything. What it cannot know ahead, a global pin that
-/// one of the ops does not compile (the backward ops and fp16 have only the pingpong kernel), is refused by that op.
+/// one of the ops does not compile (pp_128x192x64_c2x1 is F3's only; B3 and fp16 have only pingpong 128x128), is
+/// refused by that op when it runs.
 void check_op_config();
 
 /// The kernel a fused op runs: the pinned one (CODA_OP_CONFIG) or the op's default, and its scheduler knobs.
@@ -41,11 +42,12 @@ struct KernelChoice {
 char const* fused_op_configs(char const* op, bool fp16);
 
 /// The kernel among an op's compiled ones: `bf16` in the order op_config.cu lists the op's bf16 configs, and the
-/// one fp16 kernel (pingpong 128x128). Returns the pinned kernel of the dtype, else bf16[fallback] (fp16: the fp16
+/// one fp16 kernel (pingpong 128x128). Returns the pinned kernel of the dtype, else bf16[Fallback] (fp16: the fp16
 /// one); the op then applies its own shape rules (docs/FUSED_OPS.md "Dispatch").
-template <class Args, int N>
+template <int Fallback, class Args, int N>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const* const (&bf16)[N],
-                                 gemm::KernelOps<Args> const& fp16_pp, int fallback) {
+                                 gemm::KernelOps<Args> const& fp16_pp) {
+  static_assert(Fallback >= 0 && Fallback < N, "choose_kernel: the fallback indexes the bf16 list");
   gemm::KernelOps<Args> const* all[N] = {};
   gemm::KernelInfo const* infos[N] = {};
   int count = 0;
@@ -58,7 +60,7 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
   KernelChoice<Args> c;
   int const pick = pinned_config(op, infos, count, &c.knobs);
   c.pinned = pick >= 0;
-  c.ops = all[c.pinned ? pick : (fp16 ? 0 : fallback)];
+  c.ops = all[c.pinned ? pick : (fp16 ? 0 : Fallback)];
   return c;
 }
 
@@ -67,7 +69,7 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
 template <class Args>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_coop,
                                  gemm::KernelOps<Args> const& bf16_pp, gemm::KernelOps<Args> const& fp16_pp) {
-  return choose_kernel(op, fp16, {&bf16_coop, &bf16_pp}, fp16_pp, 1);
+  return choose_kernel<1>(op, fp16, {&bf16_coop, &bf16_pp}, fp16_pp);
 }
 
 /// The same for an op with one compiled config per dtype (bf16 and fp16 pingpong 128x128): CODA_OP_CONFIG may
@@ -75,7 +77,7 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
 template <class Args>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_pp,
                                  gemm::KernelOps<Args> const& fp16_pp) {
-  return choose_kernel(op, fp16, {&bf16_pp}, fp16_pp, 0);
+  return choose_kernel<0>(op, fp16, {&bf16_pp}, fp16_pp);
 }
 
 /// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused

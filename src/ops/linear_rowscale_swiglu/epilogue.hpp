@@ -14,7 +14,6 @@
 #include "ops/linear_rowscale_swiglu/kernels.hpp"
 
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
-#include <cutlass/functional.h>
 #include <cutlass/numeric_types.h>
 
 namespace coda::ops {
@@ -33,8 +32,7 @@ struct SwigluEpilogue {
   struct Program {
     using ElementD = typename Traits::ElementD;
     using ElementC = void;
-    static constexpr auto kRound = Traits::kRound;
-    // 4 z store buffers instead of the builder's 2 (mainloop stages unchanged: 6 at 128x128, 4 at 128x256).
+    // 4 z store buffers instead of the builder's 2 (the mainloop keeps the stages the rest of shared memory holds).
     using EpilogueDispatchPolicy = gemm::DeepStorePolicy<Traits, void, 4>;
 
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::Sm90PairStore<SwigluPair, ElementD, true>,

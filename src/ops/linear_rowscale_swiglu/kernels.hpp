@@ -22,7 +22,7 @@ namespace swiglu_kernels {
 gemm::KernelOps<SwigluArgs> const& fwd_bf16_coop_128x256x64_c2x1();
 gemm::KernelOps<SwigluArgs> const& fwd_bf16_pp_128x128x64_c2x1();
 gemm::KernelOps<SwigluArgs> const& fwd_bf16_pp_128x192x64_c2x1();
-/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
+/// fp16 in/out: one config (pingpong 128x128).
 gemm::KernelOps<SwigluArgs> const& fwd_fp16_pp_128x128x64_c2x1();
 }  // namespace swiglu_kernels
 
