@@ -592,9 +592,7 @@ void bench_b2(Run& r, Shape const& s) {
   std::vector<size_t> const peaks{2 * (MK + KN) + temp.bytes, inputs + outputs + ws_bytes,
                                   inputs + outputs + temp.bytes + partials.bytes};
   report_bwd(r, s, t, peaks, "gemm+rmsnorm_bwd+colsum", tune_ms, sets, strf(",\"alpha\":%.9g", s.alpha));
-  sweep_bwd(r, s, sets,
-            {"pp_128x128x64_c2x1"},
-            run_cublas, run_coda);
+  sweep_bwd(r, s, sets, coda_bench::fused_configs("coda_linear_residual_rmsnorm_bwd"), run_cublas, run_coda);
 }
 
 // ---- b3: linear_swiglu_bwd_zdz -----------------------------------------------------------------------------------
@@ -641,7 +639,7 @@ void bench_b3(Run& r, Shape const& s) {
   std::vector<size_t> const peaks{2 * (Md + dF) + temp.bytes, in_bytes + outputs + ws_bytes,
                                   in_bytes + outputs + temp.bytes};
   report_bwd(r, s, t, peaks, "gemm+swiglu_bwd_zdz", tune_ms, sets, "");
-  sweep_bwd(r, s, sets, {"pp_128x128x64_c2x1"}, run_cublas, run_coda);
+  sweep_bwd(r, s, sets, coda_bench::fused_configs("coda_linear_swiglu_bwd_zdz"), run_cublas, run_coda);
 }
 
 // ---- lm_head: linear_cross_entropy vs materialized logits (forward) ----------------------------------------------

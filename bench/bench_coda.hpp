@@ -138,6 +138,13 @@ struct Geo {
 
 // ---- scheduler-knob sweep ----------------------------------------------------------------------------------------
 
+/// The bf16 configs a fused op (C ABI name) compiles, as libcoda lists them (coda_fused_op_configs); empty for a
+/// name it does not know.
+inline std::vector<std::string> fused_configs(char const* op) {
+  char const* const listed = coda_fused_op_configs(op, CODA_BF16);
+  return listed != nullptr ? split(listed, ',') : std::vector<std::string>{};
+}
+
 /// The CODA_OP_CONFIG pins of a sweep: each config x {default, raster m|n x swizzle 1|2|4|8}.
 inline std::vector<std::string> sweep_pins(std::vector<std::string> const& configs) {
   std::vector<std::string> pins;

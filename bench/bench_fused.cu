@@ -662,15 +662,7 @@ int main(int argc, char** argv) {
     if (opt.sweep) {
       // Every compiled config of the op (coda_fused_op_configs) x knob sets, each against cuBLAS in one interleaved
       // measurement.
-      std::vector<std::string> configs;
-      char const* const listed = coda_fused_op_configs(s.fused.c_str(), CODA_BF16);
-      std::string const list = listed != nullptr ? listed : "";
-      for (size_t begin = 0; begin <= list.size();) {
-        size_t const end = std::min(list.find(',', begin), list.size());
-        configs.push_back(list.substr(begin, end - begin));
-        begin = end + 1;
-      }
-      std::vector<std::string> const pins = coda_bench::sweep_pins(configs);
+      std::vector<std::string> const pins = coda_bench::sweep_pins(coda_bench::fused_configs(s.fused.c_str()));
       std::vector<coda_bench::SweepPoint> const pts =
           coda_bench::sweep_knobs(timer, opt.warmup, sets, pins, run_cublas, run_coda);
       coda_bench::report_sweep(jsonl, "fused_sweep", s.op, s.config, s.M, s.N, s.K, pts, commit, gpu, date);

@@ -322,6 +322,21 @@ class StreamBuffer {
   cudaStream_t stream_;
 };
 
+/// The indices of the candidates that ran, fastest first (ties in timing order).
+std::vector<size_t> by_time(std::vector<float> const& times) {
+  std::vector<size_t> ranked;
+  for (size_t i = 0; i < times.size(); ++i) {
+    if (times[i] < std::numeric_limits<float>::infinity()) ranked.push_back(i);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) { return times[x] < times[y]; });
+  return ranked;
+}
+
+/// One kernel for the tuner's stages: the same compiled kernel and decomposition, whatever the knobs.
+bool same_kernel(Candidate const& x, Candidate const& y) {
+  return x.ops == y.ops && x.knobs.decomposition == y.knobs.decomposition;
+}
+
 /// The finals of CODA_GEMM_AUTOTUNE=sustained, from the stage-1/2 timings: the three fastest distinct CODA kernels
 /// (kernel and decomposition), each at its fastest knobs and at swizzle 8 along M and along N, and cuBLAS when it
 /// was timed. Why the swizzle-8 orders: the cool timing undervalues them (llama3-8B gate/up: pp_128x192x64_c2x1 at
@@ -329,11 +344,6 @@ class StreamBuffer {
 /// 2.85 ms; swizzle 1 read 6.0 GB of DRAM, n/8 2.4 GB; bench/results/vs_quack/radd_tuner/).
 std::vector<Candidate> finalists(std::vector<Candidate> const& all, std::vector<float> const& times,
                                  GemmArgs const& a) {
-  std::vector<size_t> ranked;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (times[i] < std::numeric_limits<float>::infinity()) ranked.push_back(i);
-  }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) { return times[x] < times[y]; });
   std::vector<Candidate> out;
   std::vector<std::string> schedules;  // the resolved names: a heuristic raster and its explicit twin are one run
   auto add = [&](Candidate const& c) {
@@ -343,15 +353,13 @@ std::vector<Candidate> finalists(std::vector<Candidate> const& all, std::vector<
     out.push_back(c);
   };
   int kernels = 0;
-  for (size_t i : ranked) {
+  for (size_t i : by_time(times)) {
     Candidate const& c = all[i];
     if (c.ops == nullptr) {
       add(c);  // cuBLAS
       continue;
     }
-    bool const seen = std::any_of(out.begin(), out.end(), [&](Candidate const& o) {
-      return o.ops == c.ops && o.knobs.decomposition == c.knobs.decomposition;
-    });
+    bool const seen = std::any_of(out.begin(), out.end(), [&](Candidate const& o) { return same_kernel(o, c); });
     if (seen || kernels == 3) continue;
     ++kernels;
     add(c);
@@ -415,17 +423,11 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
   // ones (kernel and decomposition; stage 1 timed each at two swizzles): the order that suits a kernel's L2 reuse
   // is one stage 1 may not have timed (llama3-1B gate/up: pp_128x192x64_c2x1_d6 at raster m, swizzle 8 ran 0.94x
   // cuBLAS under sustained load, the one-seed tuner's pick 1.07x).
-  std::vector<size_t> ranked;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i].ops != nullptr && times[i] < std::numeric_limits<float>::infinity()) ranked.push_back(i);
-  }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) { return times[x] < times[y]; });
   std::vector<size_t> seeds;
-  for (size_t i : ranked) {
-    bool const seen = std::any_of(seeds.begin(), seeds.end(), [&](size_t j) {
-      return all[j].ops == all[i].ops && all[j].knobs.decomposition == all[i].knobs.decomposition;
-    });
-    if (!seen && seeds.size() < 2) seeds.push_back(i);
+  for (size_t i : by_time(times)) {
+    if (all[i].ops == nullptr || seeds.size() == 2) continue;
+    bool const seen = std::any_of(seeds.begin(), seeds.end(), [&](size_t j) { return same_kernel(all[j], all[i]); });
+    if (!seen) seeds.push_back(i);
   }
   std::vector<Candidate> refine;
   for (size_t seed : seeds) {

@@ -5,7 +5,9 @@
 #include "gemm/knobs.hpp"
 #include "runtime/autotune.hpp"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace coda::ops {
 
@@ -44,14 +46,14 @@ std::string joined(FusedOp const& op) {
 
 /// "a,b,c": every config some op compiles for bf16, each once, in first-listed order.
 std::string every_config() {
-  std::string out;
+  std::vector<std::string> seen;
   for (FusedOp const& f : kFusedOps) {
     for (char const* c : f.bf16) {
-      if (c != nullptr && ("," + out + ",").find("," + std::string(c) + ",") == std::string::npos) {
-        out += (out.empty() ? "" : ",") + std::string(c);
-      }
+      if (c != nullptr && std::find(seen.begin(), seen.end(), c) == seen.end()) seen.emplace_back(c);
     }
   }
+  std::string out;
+  for (std::string const& c : seen) out += (out.empty() ? "" : ",") + c;
   return out;
 }
 

@@ -48,19 +48,15 @@ template <int Fallback, class Args, int N>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const* const (&bf16)[N],
                                  gemm::KernelOps<Args> const& fp16_pp) {
   static_assert(Fallback >= 0 && Fallback < N, "choose_kernel: the fallback indexes the bf16 list");
-  gemm::KernelOps<Args> const* all[N] = {};
+  gemm::KernelOps<Args> const* const fp16_list[] = {&fp16_pp};
+  gemm::KernelOps<Args> const* const* const list = fp16 ? fp16_list : bf16;
+  int const count = fp16 ? 1 : N;
   gemm::KernelInfo const* infos[N] = {};
-  int count = 0;
-  if (fp16) {
-    all[count++] = &fp16_pp;
-  } else {
-    for (gemm::KernelOps<Args> const* k : bf16) all[count++] = k;
-  }
-  for (int i = 0; i < count; ++i) infos[i] = &all[i]->info;
+  for (int i = 0; i < count; ++i) infos[i] = &list[i]->info;
   KernelChoice<Args> c;
   int const pick = pinned_config(op, infos, count, &c.knobs);
   c.pinned = pick >= 0;
-  c.ops = all[c.pinned ? pick : (fp16 ? 0 : Fallback)];
+  c.ops = list[c.pinned ? pick : (fp16 ? 0 : Fallback)];
   return c;
 }
 
