@@ -73,14 +73,16 @@ inline SwigluBwdPairValue swiglu_bwd_pair_reference(double dy, double g, double 
 #if defined(__CUDACC__)
 
 /// The node. `CtaTileShapeMNK` is the kernel's CTA tile; `ElementZ` the 16-bit element of z, dz (and y);
-/// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup).
+/// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup; 256: cooperative).
 template <class CtaTileShapeMNK, class ElementZ, int kThreads = 128>
 struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
   static_assert(cutlass::sizeof_bits<ElementZ>::value == 16, "z pairs are read and written as 32-bit words");
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
+  // Subtiles along M: the sm90 epilogue tile is 64 rows per 128 threads (EpilogueTileAuto).
+  static constexpr int kEpiMMax = kTileM * 128 / (64 * kThreads) > 0 ? kTileM * 128 / (64 * kThreads) : 1;
   struct SharedStorage {
-    alignas(128) float rows[2 * 4 * kThreads];  // [epi_m][thread][h] row-term sums (kEpiM <= 4)
+    alignas(128) float rows[2 * kEpiMMax * kThreads];  // [epi_m][thread][h] row-term sums
   };
   // z itself is the kernel's C (see above): the op passes it as Operands::C with ldc = ldz / 2.
   struct Arguments {
@@ -124,7 +126,7 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
     static constexpr int kEpiM = decltype(cute::size<3>(cute::declval<CoordTensor>()))::value;
     static constexpr int kEpiN = decltype(cute::size<4>(cute::declval<CoordTensor>()))::value;
-    static_assert(kEpiM <= 4, "SharedStorage::rows holds the row sums of at most 4 epilogue subtiles along M");
+    static_assert(kEpiM <= kEpiMMax, "SharedStorage::rows is sized for the EpilogueTileAuto subtiles along M");
 
     CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params, uint32_t smem_thread)
         : tC_cD(cute::forward<CoordTensor>(coords)), params(params), smem_thread(smem_thread) {}

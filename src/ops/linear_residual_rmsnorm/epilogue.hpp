@@ -2,21 +2,21 @@
 //
 //   x  = plus(acc, C = residual)                   fp32, evaluated once (split-tree input)
 //   h  = AuxStore(R(multiplies(x, RowBroadcast(gamma))))
-//   D  = ColReduction<square_and_plus, FinalReduction = false>(x), which returns x: D = R(x)
+//   D  = RowPartials<Square>(x), which returns x: D = R(x)
 //
 // An Sm90SplitTreeVisitor<input, output, aux> evaluates x once and hands the *fp32* fragment to both consumers:
 // x is rounded to bf16 exactly once (by the collective, for D), h = R(x * gamma) is rounded once, and the sums of
 // squares use x before rounding. This is the rounding decision of docs/FUSED_OPS.md ("rounding"): it keeps every
 // output within one rounding of the float64 reference, while the unfused pipeline rounds x twice and takes its
-// statistics from the rounded x. The reduction writes per-(row, N-tile) fp32 partials to a compact m-major
-// [ceil(N/CTA_N), round_up(M, CTA_M)] buffer (no atomics, no workspace, deterministic).
+// statistics from the rounded x. The sums go to a compact m-major [ceil(N/CTA_N), round_up(M, CTA_M)] buffer of
+// per-(row, N-tile) fp32 partials (src/epilogue/row_partials.hpp: no atomics, no workspace, deterministic).
 #pragma once
 
+#include "epilogue/row_partials.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_residual_rmsnorm/kernels.hpp"
 
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
-#include <cutlass/functional.h>
 #include <cutlass/numeric_types.h>
 
 namespace coda::ops {
@@ -51,10 +51,11 @@ struct ResidualRmsnormEpilogue {
             cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>,
             cutlass::epilogue::fusion::Sm90SplitTreeFetch, Gamma>>;
 
-    // D = R(x) (the collective converts the fp32 fragment), partials[m + Mpad * t] = sum_{n in tile t} x^2
-    using SumSq = cutlass::epilogue::fusion::Sm90ColReduction<
-        cutlass::square_and_plus, cutlass::plus, cutlass::plus, 0, TileShape, float, float, kRound,
-        cute::Stride<cute::_1, cute::_0, int64_t>, 4, true, /*FinalReduction=*/false>;
+    // D = R(x) (the collective converts the fp32 fragment), partials[m + Mpad * t] = sum_{n in tile t} x^2. The
+    // running sums sit in shared memory, not registers (Sm90ColReduction's made pingpong 128x192 spill).
+    static constexpr bool kCoop =
+        cutlass::epilogue::collective::detail::sm90_is_cooperative_v<typename Traits::EpilogueSchedule>;
+    using SumSq = epilogue::Sm90RowPartials<epilogue::Square, TileShape, kCoop ? 256 : 128>;
     using Out = cutlass::epilogue::fusion::Sm90EVT<SumSq, cutlass::epilogue::fusion::Sm90SplitTreeFetch>;
 
     using Fusion = cutlass::epilogue::fusion::Sm90SplitTreeVisitor<X, Out, H>;
@@ -69,10 +70,8 @@ struct ResidualRmsnormEpilogue {
       out.op_1.op_1.ptr_aux = static_cast<ElementD*>(args.h);
       int64_t const ldh = gemm::detail::effective_ld(args.ldh, op.M, op.N, 8);
       out.op_1.op_1.dAux = gemm::detail::make_stride_from_ld<typename HStore::Stride>(ldh, ldh * op.M);
-      // partials: {op_0 = fetch, op_1 = reduction}
-      out.op_2.op_1.ptr_col = args.partials;
-      out.op_2.op_1.reduction_identity = 0.0f;
-      out.op_2.op_1.dCol = {cute::_1{}, cute::_0{}, op.M};
+      // partials: {op_0 = fetch, op_1 = row partials}
+      out.op_2.op_1.ptr_partials = args.partials;
     }
   };
 };

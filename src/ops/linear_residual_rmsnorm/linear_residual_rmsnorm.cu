@@ -24,22 +24,19 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   namespace kn = residual_rmsnorm_kernels;
   auto choice = choose_kernel("coda_linear_residual_rmsnorm", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
                               kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
-  // Pingpong 128x128 (one warpgroup's epilogue, with its C load, two stores and row reduction, overlaps the
-  // other's MMA) with raster along N: best or within 3 % of the best config x knobs at every LLaMA shape of the
-  // sweep (bench/results/fused_h200_*); the long-K down-projection keeps the default raster (measured better).
-  // The down-projection at K >= 16384 (llama3-70B, bf16) takes the cooperative 128x256, raster along N,
-  // swizzle 8. Under sustained load (bench/python/sweep_ops.py, back-to-back calls at the 700 W limit, M = 8192;
-  // bench/results/sweep_ops_h200/) it took 0.971-0.979 x cuBLAS at 70B (1.023 x at M = 16384), where the pingpong
-  // default took 1.144-1.165 x (1.182 x). In run 3 the pingpong variants ran at 1245-1320 MHz against the
-  // cooperative kernel's 1350-1470 MHz at the same power (128x128 tiles load more operand bytes per FLOP: computed,
-  // not profiled), and with K this long the cooperative kernel's exposed epilogue is a small part of the tile (an
-  // estimate; the epilogue's share was not profiled). At 8B (K = 14336) the two were within each other's
-  // run-to-run noise (+-5 %, either one ahead) and the block forward did not improve with the cooperative one, so
-  // it keeps the pingpong default, as does 1B (K = 8192: 0.959 x, the best).
+  // Out-projection (K <= 2N): pingpong 128x128 (one warpgroup's epilogue, with its C load, two stores and row
+  // sums, overlaps the other's MMA), raster along N, swizzle 1: best or within 3 % of the best config x knobs at
+  // every LLaMA shape of the sweep (bench/results/fused_h200_*).
+  // Down-projection (K > 2N, bf16): cooperative 128x256, raster along N, swizzle 8. Under sustained load
+  // (bench/python/vs_quack.py, M = 8192; bench/results/vs_quack/f1_b3_coop/), time / cuBLAS: 1B 1.068 against
+  // 1.100 for pingpong 128x128 (the scheduler's default knobs), 8B 1.047 against 1.130, 70B 1.010 against the same
+  // kernel's 1.001 (the 70B default since stop 17: 0.971-0.979 against pingpong's 1.144-1.165 in sweep_ops).
+  // The pingpong kernel ran at 1380-1415 MHz there, the cooperative one at 1430-1470 MHz at the same 690 W:
+  // 128x128 tiles load 1.33x the operand bytes per FLOP. fp16 (pingpong only): the scheduler's default knobs.
   if (!choice.pinned) {
     if (K <= 2 * N) {
       choice.knobs = raster_n(1);
-    } else if (K >= 16384 && !fp16) {
+    } else if (!fp16) {
       choice.ops = &kn::fwd_bf16_coop_128x256x64_c2x1();
       choice.knobs = raster_n(8);
     }
