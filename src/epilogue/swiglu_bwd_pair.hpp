@@ -73,7 +73,7 @@ inline SwigluBwdPairValue swiglu_bwd_pair_reference(double dy, double g, double 
 #if defined(__CUDACC__)
 
 /// The node. `CtaTileShapeMNK` is the kernel's CTA tile; `ElementZ` the 16-bit element of z, dz (and y);
-/// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup; 256: cooperative).
+/// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup).
 template <class CtaTileShapeMNK, class ElementZ, int kThreads = 128>
 struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
   static_assert(cutlass::sizeof_bits<ElementZ>::value == 16, "z pairs are read and written as 32-bit words");

@@ -190,25 +190,6 @@ struct DeepStorePolicyOf {
 template <class Traits, class ElementC, int kStagesD>
 using DeepStorePolicy = typename DeepStorePolicyOf<Traits, ElementC, kStagesD>::type;
 
-/// The builder's TMA epilogue policy for (Traits, ElementC) with kStagesC C smem buffers instead of its
-/// max(min(subtiles, 4), StagesD + 1): a program with a C source whose epilogue would leave the mainloop one stage
-/// short (F1 at pingpong 128x192: 4 C stages left it 4, 3 leave it 5) opts in with
-///   using EpilogueDispatchPolicy = gemm::SourceStagesPolicy<Traits, ElementC, 3>;
-template <class Traits, class ElementC, int kStagesC>
-struct SourceStagesPolicyOf {
-  using Builder = typename cutlass::epilogue::collective::detail::EpilogueDescriptor<
-      typename Traits::TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC,
-      typename Traits::ElementD, typename Traits::EpilogueSchedule>;
-  using Policy = typename Builder::DispatchPolicy;
-  static_assert(!std::is_void_v<ElementC>, "SourceStagesPolicy: programs with a C source only");
-  static_assert(!Policy::ReuseSmemC || kStagesC > Builder::StagesD,
-                "D reuses C's buffers: more C stages than D stages (CUTLASS's deadlock rule)");
-  using type = cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, Builder::StagesD, Policy::FragmentSize,
-                                                         Policy::ReuseSmemC, Policy::DelayTmaStore>;
-};
-template <class Traits, class ElementC, int kStagesC>
-using SourceStagesPolicy = typename SourceStagesPolicyOf<Traits, ElementC, kStagesC>::type;
-
 namespace detail {
 /// Whether an epilogue has `static char const* check_args(Args const&)` (nullptr: accepted; else the rule).
 template <class Epilogue, class = void>

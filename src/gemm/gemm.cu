@@ -378,10 +378,10 @@ std::vector<Candidate> finalists(std::vector<Candidate> const& all, std::vector<
 /// zeroed scratch copy of D (C = D = scratch), so the caller's D is never read-modified twice; nullopt when the
 /// scratch cannot be allocated.
 /// *best_coda / *best_coda_ms: the fastest CODA kernel among them (what a CUDA graph capture runs instead of a cuBLAS
-/// winner, see choose()); unset when none ran. With `finals` the winner comes from finals(), re-timed under
-/// sustained load.
+/// winner, see choose()); unset when none ran. When the fastest stage-1/2 time is at least `finals_from_ms`, the
+/// winner comes from finalists(), re-timed under sustained load (infinity: never).
 std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& stage1, bool cublas_allowed,
-                              runtime::TimingOptions const& timing, bool finals, void* workspace,
+                              runtime::TimingOptions const& timing, float finals_from_ms, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream, float* best_ms,
                               std::optional<Candidate>* best_coda_out, float* best_coda_ms) {
   GemmArgs t = a;
@@ -441,6 +441,7 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
     all.insert(all.end(), refine.begin(), refine.end());
     times.insert(times.end(), refine_times.begin(), refine_times.end());
   }
+  bool const finals = *std::min_element(times.begin(), times.end()) >= finals_from_ms;
   if (std::vector<Candidate> list = finals ? finalists(all, times, a) : std::vector<Candidate>{}; !list.empty()) {
     // Only the finalists compete, with their sustained-load times (a cool-card time ranks a kernel that draws more
     // power, e.g. through more DRAM traffic, higher than the power limit will let it run). Should none of them run
@@ -472,12 +473,25 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
 
 /// The timing method CODA_GEMM_AUTOTUNE names besides on/off: "settled" (TimingOptions::settled, the
 /// sustained-load method), "burst" (TimingOptions::burst, back-to-back bursts on the cool card) or "sustained" (the
-/// default timing, then finals() re-timed by TimingOptions::sustained); "" for the default (each run alone after an
-/// L2 flush).
+/// default timing, then finalists() re-timed by TimingOptions::sustained, at every size); "" for the default (each
+/// run alone after an L2 flush, then the sustained finals for problems of kDefaultFinalsFromMs or more).
 std::string tuning_mode() {
   std::string v = runtime::env_string("CODA_GEMM_AUTOTUNE");
   for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return v == "settled" || v == "burst" || v == "sustained" ? v : std::string();
+}
+
+/// The default tuning re-times its finalists under sustained load when the fastest candidate took at least this
+/// long: from about a llama3-1B q-projection (8192 x 2048 x 2048, ~0.12 ms) up. Smaller problems are a small share
+/// of a step, and the finals' ~1.5-5 s per shape would dominate their first call (the GPU test suite's GEMM and
+/// block tests took 171 s with finals at every size against 40 s without).
+constexpr float kDefaultFinalsFromMs = 0.1f;
+
+/// When tune() runs its sustained finals for `mode`.
+float finals_from_ms(std::string const& mode) {
+  if (mode == "sustained") return 0.0f;
+  if (mode.empty()) return kDefaultFinalsFromMs;
+  return std::numeric_limits<float>::infinity();
 }
 
 runtime::TimingOptions timing_for(std::string const& mode) {
@@ -558,7 +572,7 @@ Candidate choose(GemmArgs const& a, void* workspace, size_t workspace_bytes, cud
   float ms = 0.0f, coda_ms = 0.0f;
   std::optional<Candidate> best_coda;
   std::string const mode = tuning_mode();
-  std::optional<Candidate> winner = tune(a, stage1, cublas_allowed, timing_for(mode), mode == "sustained", workspace,
+  std::optional<Candidate> winner = tune(a, stage1, cublas_allowed, timing_for(mode), finals_from_ms(mode), workspace,
                                          workspace_bytes, stream, &ms, &best_coda, &coda_ms);
   if (!winner) return fallback;
   cache.store(key, device, name_of(*winner), ms);

@@ -31,7 +31,7 @@ constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", {kCoop, kPingpong}},
                                  {"coda_linear_rowscale_rope", {kCoop, kPingpong}},
                                  {"coda_linear_rowscale_lse", {kCoop, kPingpong}},
                                  {"coda_linear_residual_rmsnorm_bwd", {kCoop, kPingpong}},
-                                 {"coda_linear_swiglu_bwd_zdz", {kCoop, kPingpong}}};
+                                 {"coda_linear_swiglu_bwd_zdz", {kPingpong}}};
 
 constexpr int kFusedOpCount = static_cast<int>(sizeof(kFusedOps) / sizeof(kFusedOps[0]));
 

@@ -636,7 +636,7 @@ TEST(Abi, FusedOpConfigs) {
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_BF16),
                "coop_128x256x64_c2x1,pp_128x128x64_c2x1,pp_128x192x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("coda_linear_rowscale_swiglu", CODA_FP16), "pp_128x128x64_c2x1");
-  EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
+  EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_BF16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
   EXPECT_EQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_FP32), nullptr);
@@ -833,8 +833,8 @@ TEST(OpRules, OpConfigBadValuesAreRefusedWhicheverOpRuns) {
                       Bad{"pp_128x128x64_c2x1:raster=q", "raster"},
                       Bad{"raster=n", "'raster' is not a fused op"},
                       Bad{"linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=q", "raster"},
-                      Bad{"linear_swiglu_bwd_zdz=pp_128x192x64_c2x1",
-                          "coda_linear_swiglu_bwd_zdz compiles no config 'pp_128x192x64_c2x1'"},
+                      Bad{"linear_swiglu_bwd_zdz=coop_128x256x64_c2x1",
+                          "coda_linear_swiglu_bwd_zdz compiles no config 'coop_128x256x64_c2x1'"},
                       Bad{"linear_rowscale_rope=pp_128x192x64_c2x1",
                           "coda_linear_rowscale_rope compiles no config 'pp_128x192x64_c2x1'"},
                       Bad{"linear_rowscal=pp_128x128x64_c2x1", "is not a fused op"},

@@ -9,8 +9,6 @@
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
 
-#include <type_traits>
-
 namespace coda::ops {
 
 struct SwigluBwdEpilogue {
@@ -20,16 +18,7 @@ struct SwigluBwdEpilogue {
   struct Program {
     using ElementD = typename Traits::ElementD;
     using ElementC = float;  // z's (g, u) pairs as 32-bit words, copied bit for bit (float to float)
-    static constexpr bool kCoop =
-        cutlass::epilogue::collective::detail::sm90_is_cooperative_v<typename Traits::EpilogueSchedule>;
-    using Node = epilogue::Sm90SwigluBwdPair<typename Traits::TileShape, ElementD, kCoop ? 256 : 128>;
-    // Cooperative 128x256: 3 z stages (128x32 words, 16 KiB each) instead of the builder's 4, which left the
-    // mainloop 2 stages; 3 keep it 3. Pingpong: the builder's.
-    using EpilogueDispatchPolicy = std::conditional_t<
-        kCoop, gemm::SourceStagesPolicy<Traits, ElementC, 3>,
-        typename cutlass::epilogue::collective::detail::EpilogueDescriptor<
-            typename Traits::TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC, ElementD,
-            typename Traits::EpilogueSchedule>::DispatchPolicy>;
+    using Node = epilogue::Sm90SwigluBwdPair<typename Traits::TileShape, ElementD>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch,
                                                       cutlass::epilogue::fusion::Sm90SrcFetch<float>>;
 

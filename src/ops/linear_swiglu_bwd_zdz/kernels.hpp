@@ -20,7 +20,6 @@ struct SwigluBwdArgs {
 };
 
 namespace swiglu_bwd_kernels {
-gemm::KernelOps<SwigluBwdArgs> const& dgrad_bf16_coop_128x256x64_c2x1();
 gemm::KernelOps<SwigluBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
 gemm::KernelOps<SwigluBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
 }  // namespace swiglu_bwd_kernels

@@ -1,6 +1,5 @@
 // B3 dispatch (host only, no CUTLASS): the fused dgrad GEMM (y as D, dz and the zdz row partials from the node),
-// then the zdz finishing reduce. bf16 compiles pingpong 128x128 (the default) and cooperative 128x256; fp16 the
-// pingpong one.
+// then the zdz finishing reduce. One compiled config per dtype (pingpong 128x128, as B2).
 #include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
 
 #include "common/error.hpp"
@@ -15,8 +14,8 @@ void linear_swiglu_bwd_zdz(int64_t M, int64_t F, int64_t d, void const* dx, int6
                            int64_t ldw, void const* z, int64_t ldz, void* dz, int64_t lddz, void* y, int64_t ldy,
                            float* zdz, bool fp16, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   namespace kn = swiglu_bwd_kernels;
-  auto choice = choose_kernel("coda_linear_swiglu_bwd_zdz", fp16, kn::dgrad_bf16_coop_128x256x64_c2x1(),
-                              kn::dgrad_bf16_pp_128x128x64_c2x1(), kn::dgrad_fp16_pp_128x128x64_c2x1());
+  auto choice = choose_kernel("coda_linear_swiglu_bwd_zdz", fp16, kn::dgrad_bf16_pp_128x128x64_c2x1(),
+                              kn::dgrad_fp16_pp_128x128x64_c2x1());
   // Raster along N, swizzle 8 (bench_backward --sweep, H200: 1.13 -> 1.08x cuBLAS at llama3-8B, 1.09 -> 1.04x at
   // 70B; every setting within 1 % at 1B).
   if (!choice.pinned) choice.knobs = raster_n(8);
