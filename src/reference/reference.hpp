@@ -279,6 +279,37 @@ RopeBwd rope_bwd_zdz(const Matrix& qkv, const Matrix& dqkv, const Positions& pos
                      const RopeHeads& heads, int64_t hidden_size);
 
 // ================================================================================================================
+// QK-norm + RoPE (Qwen3 / OLMo-2 / Gemma-3 attention input; docs/MATH.md "F4 with QK-norm", "B1 with QK-norm")
+// ================================================================================================================
+
+/// The per-head RMSNorm of the q and k heads: gamma vectors [head_dim] in the column layout of z's heads (CODA's:
+/// RoPE pairs adjacent, so permuted like the W_q / W_k rows), shared by all heads of their kind.
+struct QkNorm {
+  Vector q_gamma;
+  Vector k_gamma;
+  double eps = 1e-6;
+};
+/// head_rstd [M, Hq+Hkv]: 1 / sqrt(mean_j u_j^2 + eps) over the hd columns u of q/k head h of row m.
+Matrix qk_head_rstd(const Matrix& z, const QkNorm& norm, const RopeHeads& heads);
+/// n = u head_rstd gamma on every q/k head (q_gamma on q heads, k_gamma on k heads); v passes through.
+Matrix qk_norm(const Matrix& z, const QkNorm& norm, const RopeHeads& heads);
+/// F4 with QK-norm: rope(qk_norm(diag(rstd) (h w_qkv^T))).
+Matrix linear_rowscale_qk_norm_rope(const Matrix& h, const Matrix& w_qkv, const Vector& rstd, const QkNorm& norm,
+                                    const Positions& positions, const Vector& inv_freq, const RopeHeads& heads);
+
+struct QkNormRopeBwd {
+  Matrix dz;       ///< [M,W] d<dqkv, rope(qk_norm(z))>/dz
+  Vector zdz;      ///< [M] (1/hidden_size) <z, dz>, from the head dots: sum_h eps r_h^2 <dqkv_h, qkv_h> + <v, dv>
+  Vector dq_gamma; ///< [hd] sum over rows and q heads of dn nh (dn = R^T dqkv, nh = u r_h)
+  Vector dk_gamma; ///< [hd] the same over k heads
+};
+/// B1 with QK-norm: z the pre-norm input (the QKV GEMM's output: the q/k heads' u, and v), qkv the stored rotated
+/// output, dqkv its gradient. du = r (gamma dn - nh <dqkv_h, qkv_h> / hd) on q/k heads, dv = dqkv on v.
+QkNormRopeBwd qk_norm_rope_bwd(const Matrix& z, const Matrix& qkv, const Matrix& dqkv, const QkNorm& norm,
+                               const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
+                               int64_t hidden_size);
+
+// ================================================================================================================
 // Log-sum-exp and cross-entropy: F5, F6
 // ================================================================================================================
 

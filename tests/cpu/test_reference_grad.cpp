@@ -1,6 +1,7 @@
 // Finite-difference checks (central differences, float64, small shapes) of every backward in the reference:
 // rstd, the direct RMSNorm backward, B1, B2 (dx, dgamma, dW with alpha and dx_in), B3, cross-entropy with every
-// option, and whole chains (LM head, MLP, q/k/v input) where B1/B3/F6 feed zdz to B2.
+// option, QK-norm + RoPE, and whole chains (LM head, MLP, q/k/v input with and without QK-norm) where B1/B3/F6
+// feed zdz to B2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -348,6 +349,109 @@ TEST(ReferenceGrad, QkvChainB1ThenB2) {
   expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_qkv); }, gamma), b2.dgamma, "dgamma");
   expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, v); }, w_qkv), wgrad(b1.dz, b2.a),
               "dW_qkv");
+}
+
+// QK-norm: per head, the same as the row RMSNorm of that head's columns.
+TEST(ReferenceGrad, QkNormIsRmsnormPerHead) {
+  const RopeHeads heads{4, 2, 8};
+  Rng rng(22);
+  const Matrix z = random_normal(5, heads.width(), 0.0, 0.3, rng);
+  const QkNorm norm{random_gamma(8, rng), random_gamma(8, rng), 1e-2};
+  const Matrix n = qk_norm(z, norm, heads);
+  const Matrix r = qk_head_rstd(z, norm, heads);
+  for (int64_t h = 0; h < heads.n_q_heads + 2 * heads.n_kv_heads; ++h) {
+    Matrix head(z.rows, heads.head_dim), got(z.rows, heads.head_dim);
+    for (int64_t m = 0; m < z.rows; ++m) {
+      for (int64_t j = 0; j < heads.head_dim; ++j) {
+        head(m, j) = z(m, h * heads.head_dim + j);
+        got(m, j) = n(m, h * heads.head_dim + j);
+      }
+    }
+    if (h >= heads.n_q_heads + heads.n_kv_heads) {  // v passes through
+      EXPECT_EQ(max_abs_diff(got, head), 0.0) << "v head " << h;
+      continue;
+    }
+    const Vector& g = h < heads.n_q_heads ? norm.q_gamma : norm.k_gamma;
+    EXPECT_LE(max_abs_diff(got, rmsnorm(head, g, norm.eps)), 1e-14 * max_abs(got)) << "head " << h;
+    const Vector rows = rmsnorm_rstd_rows(head, norm.eps);
+    for (int64_t m = 0; m < z.rows; ++m) EXPECT_NEAR(r(m, h), rows[static_cast<size_t>(m)], 1e-14 * rows[0]);
+  }
+}
+
+// B1 with QK-norm: f = <dqkv, rope(qk_norm(z))>; dz, both gammas' gradients, the zdz identity
+// (1/d) <z, dz> = (1/d) (sum_h eps r_h^2 <dqkv_h, qkv_h> + <v, dv>), and nh = R^T(qkv) / gamma = u r where gamma != 0.
+TEST(ReferenceGrad, QkNormRopeBwd) {
+  for (const RopeHeads heads : {RopeHeads{4, 2, 8}, RopeHeads{4, 1, 8}, RopeHeads{2, 2, 4}}) {
+    for (const double eps : {1e-2, 1e-6}) {
+      SCOPED_TRACE("heads " + std::to_string(heads.n_q_heads) + "/" + std::to_string(heads.n_kv_heads) + " hd " +
+                   std::to_string(heads.head_dim) + " eps " + std::to_string(eps));
+      Rng rng(23);
+      const int64_t m_rows = 5, hidden = 24;
+      const Matrix z = random_normal(m_rows, heads.width(), 0.0, 0.2, rng);  // small: eps matters at 1e-2
+      const Matrix dqkv = random_activation(m_rows, heads.width(), rng);
+      const QkNorm norm{random_gamma(heads.head_dim, rng), random_gamma(heads.head_dim, rng), eps};
+      const Positions pos = {0, 1, 17, 4096, 131071};
+      const Vector inv_freq = rope_inv_freq(heads.head_dim, 1000000.0);
+      const Matrix qkv = rope(qk_norm(z, norm, heads), pos, inv_freq, heads);
+      const QkNormRopeBwd b = qk_norm_rope_bwd(z, qkv, dqkv, norm, pos, inv_freq, heads, hidden);
+      auto f = [&](const Matrix& zz, const QkNorm& nn) { return dot(dqkv, rope(qk_norm(zz, nn, heads), pos, inv_freq, heads)); };
+      expect_grad(numeric_gradient([&](const Matrix& v) { return f(v, norm); }, z), b.dz, "dz");
+      expect_grad(numeric_gradient([&](const Vector& v) { return f(z, QkNorm{v, norm.k_gamma, eps}); }, norm.q_gamma),
+                  b.dq_gamma, "dq_gamma");
+      expect_grad(numeric_gradient([&](const Vector& v) { return f(z, QkNorm{norm.q_gamma, v, eps}); }, norm.k_gamma),
+                  b.dk_gamma, "dk_gamma");
+      expect_grad(row_dot(z, b.dz, 1.0 / hidden), b.zdz, "zdz == (1/d) <z, dz>", 1e-13);
+      // The pre-norm u is recoverable from the output where gamma has no zero: nh = (R^T qkv) / gamma.
+      const Matrix unrotated = rope_bwd_zdz(qkv, qkv, pos, inv_freq, heads, hidden).dz;
+      const Matrix r = qk_head_rstd(z, norm, heads);
+      double err = 0.0;
+      for (int64_t m = 0; m < m_rows; ++m) {
+        for (int64_t c = 0; c < heads.rotated_width(); ++c) {
+          const int64_t h = c / heads.head_dim, j = c % heads.head_dim;
+          const double g = (h < heads.n_q_heads ? norm.q_gamma : norm.k_gamma)[static_cast<size_t>(j)];
+          err = std::max(err, std::abs(unrotated(m, c) / g - z(m, c) * r(m, h)));
+        }
+      }
+      EXPECT_LE(err, 1e-13) << "nh from the rotated output";
+    }
+  }
+}
+
+// Qwen3's q/k/v input: qkv = rope(qk_norm(RMSNorm(x) W_qkv^T)); L = <G, qkv> + <dx_in, x>. B1 with QK-norm (dz,
+// zdz from the head dots) then B2: the input norm's zdz rewrite holds with the per-head norm in between.
+TEST(ReferenceGrad, QkvQkNormChainThenB2) {
+  Rng rng(24);
+  const RopeHeads heads{4, 2, 8};
+  const int64_t m_rows = 5, d = 16;
+  const double eps = 1e-5;
+  const Matrix x = random_residual(m_rows, d, rng);
+  const Vector gamma = random_gamma(d, rng);
+  const Matrix w_qkv = random_weight(heads.width(), d, rng, 0.3);
+  const QkNorm norm{random_gamma(heads.head_dim, rng), random_gamma(heads.head_dim, rng), 1e-3};
+  const Matrix g_out = random_activation(m_rows, heads.width(), rng);
+  const Matrix dx_in = random_activation(m_rows, d, rng);
+  const Positions pos = {3, 4, 5, 150000, 0};
+  const Vector inv_freq = rope_inv_freq(heads.head_dim, 1000000.0);
+  auto loss = [&](const Matrix& xx, const Vector& gg, const Matrix& ww, const QkNorm& nn) {
+    return dot(g_out, rope(qk_norm(linear(rmsnorm(xx, gg, eps), ww), nn, heads), pos, inv_freq, heads)) +
+           dot(dx_in, xx);
+  };
+  const RmsnormPrepare prep = rmsnorm_prepare(x, gamma, eps);
+  const Matrix z = linear_rowscale(prep.h, w_qkv, prep.rstd);
+  const Matrix qkv = linear_rowscale_qk_norm_rope(prep.h, w_qkv, prep.rstd, norm, pos, inv_freq, heads);
+  const QkNormRopeBwd b1 = qk_norm_rope_bwd(z, qkv, g_out, norm, pos, inv_freq, heads, d);
+  const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(b1.dz, w_qkv, x, gamma, prep.rstd, b1.zdz, &dx_in, 1.0);
+  expect_grad(numeric_gradient([&](const Matrix& v) { return loss(v, gamma, w_qkv, norm); }, x), b2.dx, "dx");
+  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_qkv, norm); }, gamma), b2.dgamma,
+              "dgamma");
+  expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, v, norm); }, w_qkv), wgrad(b1.dz, b2.a),
+              "dW_qkv");
+  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{v, norm.k_gamma, 1e-3}); },
+                               norm.q_gamma),
+              b1.dq_gamma, "dq_gamma");
+  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{norm.q_gamma, v, 1e-3}); },
+                               norm.k_gamma),
+              b1.dk_gamma, "dk_gamma");
 }
 
 // Linear-layer gradients: dgrad and wgrad are the derivatives of <G, a w^T>; gemm's alpha and accumulate.
