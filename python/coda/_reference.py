@@ -66,6 +66,18 @@ def linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_he
     return _rotate(z, positions, inv_freq, n_q_heads + n_kv_heads, head_dim, 1.0).to(h.dtype)
 
 
+def qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim):
+    """F4 with QK-norm after its GEMM (MATH.md): per-head RMSNorm of the q and k heads of z [M, W] (gammas [hd] in the
+    paired layout), then RoPE; v passes through. float64 -> (qkv, head_rstd [M, Hq + Hkv])."""
+    z64 = _f64(z)
+    M, n_rot = z64.shape[0], n_q_heads + n_kv_heads
+    u = z64[:, : n_rot * head_dim].reshape(M, n_rot, head_dim)
+    r = torch.rsqrt(u.square().mean(dim=-1) + eps)  # [M, Hq + Hkv]
+    g = torch.cat((_f64(q_gamma).expand(n_q_heads, head_dim), _f64(k_gamma).expand(n_kv_heads, head_dim)))
+    n = torch.cat(((u * r[..., None] * g).reshape(M, n_rot * head_dim), z64[:, n_rot * head_dim:]), dim=1)
+    return _rotate(n, positions, inv_freq, n_rot, head_dim, 1.0), r
+
+
 def _ce(l64, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap, want_grad):
     """Cross-entropy on float64 logits. -> (loss, dl float64 or None, lse)."""
     M, V = l64.shape

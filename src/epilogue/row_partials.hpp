@@ -17,7 +17,10 @@
 // whose epilogue subtile is 64 * kThreads / 128 rows tall; batch L = 1; f(0) = 0 and an input of 0 at columns
 // >= N, which the node sums unmasked. F1's x there is 0 + 0: TMA zero-fills the weight rows and the residual
 // columns past N. (Per-element column masks, even behind a per-subtile branch, made pingpong 128x192 spill 68
-// bytes; without them, none.) Rows >= M are not written.
+// bytes; without them, none. So where a row of A holds an infinity, its padding columns give Inf * 0 = NaN and
+// the row's rstd is NaN, where Sm90ColReduction's masks gave 0; either way that row's outputs are not finite.)
+// Rows >= M are not written. Not for stream-K kernels: their separate-reduction subtiles (subtile_idx != -1)
+// visit one subtile per call, which the first-subtile-writes rule above does not cover.
 // F1's GPU tests check the partials through rstd (every compiled config, awkward M and N).
 #pragma once
 

@@ -337,7 +337,8 @@ bool same_kernel(Candidate const& x, Candidate const& y) {
   return x.ops == y.ops && x.knobs.decomposition == y.knobs.decomposition;
 }
 
-/// The finals of CODA_GEMM_AUTOTUNE=sustained, from the stage-1/2 timings: the three fastest distinct CODA kernels
+/// The sustained-load finals (the default tuning's for problems of kDefaultFinalsFromMs or more;
+/// CODA_GEMM_AUTOTUNE=sustained's at every size), from the stage-1/2 timings: the three fastest distinct CODA kernels
 /// (kernel and decomposition), each at its fastest knobs and at swizzle 8 along M and along N, and cuBLAS when it
 /// was timed. Why the swizzle-8 orders: the cool timing undervalues them (llama3-8B gate/up: pp_128x192x64_c2x1 at
 /// swizzle 1 timed 2.75 ms on the cool card and ran 3.0 ms under sustained load, where d6 at raster n, swizzle 8 ran
@@ -441,7 +442,8 @@ std::optional<Candidate> tune(GemmArgs const& a, std::vector<Candidate> const& s
     all.insert(all.end(), refine.begin(), refine.end());
     times.insert(times.end(), refine_times.begin(), refine_times.end());
   }
-  bool const finals = *std::min_element(times.begin(), times.end()) >= finals_from_ms;
+  float const fastest = *std::min_element(times.begin(), times.end());
+  bool const finals = fastest < std::numeric_limits<float>::infinity() && fastest >= finals_from_ms;
   if (std::vector<Candidate> list = finals ? finalists(all, times, a) : std::vector<Candidate>{}; !list.empty()) {
     // Only the finalists compete, with their sustained-load times (a cool-card time ranks a kernel that draws more
     // power, e.g. through more DRAM traffic, higher than the power limit will let it run). Should none of them run

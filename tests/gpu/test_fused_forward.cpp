@@ -246,12 +246,12 @@ TEST(FusedForward, LinearResidualRmsnormLarge) {
   residual_shapes(large_shapes());
 }
 
-// The default path's shape rule (linear_residual_rmsnorm.cu): a down-projection with K >= 16384 takes the
-// cooperative 128x256 kernel, raster N, swizzle 8 (bf16); K = 14336 keeps the pingpong default. Every config is
-// run too. Small M and N keep the float64 reference cheap.
+// The default path's shape rule (linear_residual_rmsnorm.cu): a down-projection (K > 2N) with K >= 16384 or
+// M >= 4096 takes the cooperative 128x256 kernel, raster N, swizzle 8 (bf16); M = 129 with K = 14336 keeps the
+// pingpong default. Every config is run too. Small N keeps the float64 reference cheap.
 TEST(FusedForward, LinearResidualRmsnormLongK) {
   CODA_REQUIRE_SM90();
-  residual_shapes({{129, 264, 16384}, {300, 520, 16392}, {129, 264, 14336}});
+  residual_shapes({{129, 264, 16384}, {300, 520, 16392}, {129, 264, 14336}, {4100, 136, 400}});
 }
 
 TEST(FusedForward, LinearResidualRmsnormInPlace) {

@@ -27,16 +27,18 @@ void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int
   // Out-projection (K <= 2N): pingpong 128x128 (one warpgroup's epilogue, with its C load, two stores and row
   // sums, overlaps the other's MMA), raster along N, swizzle 1: best or within 3 % of the best config x knobs at
   // every LLaMA shape of the sweep (bench/results/fused_h200_*).
-  // Down-projection (K > 2N, bf16): cooperative 128x256, raster along N, swizzle 8. Under sustained load
-  // (bench/python/vs_quack.py, M = 8192; bench/results/vs_quack/f1_b3_coop/), time / cuBLAS: 1B 1.068 against
-  // 1.100 for pingpong 128x128 (the scheduler's default knobs), 8B 1.047 against 1.130, 70B 1.010 against the same
-  // kernel's 1.001 (the 70B default since stop 17: 0.971-0.979 against pingpong's 1.144-1.165 in sweep_ops).
-  // The pingpong kernel ran at 1380-1415 MHz there, the cooperative one at 1430-1470 MHz at the same 690 W:
-  // 128x128 tiles load 1.33x the operand bytes per FLOP. fp16 (pingpong only): the scheduler's default knobs.
+  // Down-projection (K > 2N, bf16) with M >= 4096 or K >= 16384: cooperative 128x256, raster along N, swizzle 8.
+  // Under sustained load (bench/python/vs_quack.py, M = 8192; bench/results/vs_quack/f1_b3/), time / cuBLAS: 1B
+  // 1.043-1.068 against 1.045-1.100 for pingpong 128x128 (the scheduler's default knobs), 8B 1.013-1.047 against
+  // 1.073-1.130, 70B 1.000-1.010 (the 70B default since stop 17: 0.971-0.979 against pingpong's 1.144-1.165 in
+  // sweep_ops). The pingpong kernel ran at 1380-1436 MHz there, the cooperative one at 1430-1472 MHz at the same
+  // 690 W: 128x128 tiles load 1.33x the operand bytes per FLOP. Below M = 4096 (not measured: a 128x256 tile
+  // halves the CTA count, which a short M cannot spare) and for fp16 (pingpong only): pingpong, the scheduler's
+  // default knobs.
   if (!choice.pinned) {
     if (K <= 2 * N) {
       choice.knobs = raster_n(1);
-    } else if (!fp16) {
+    } else if (!fp16 && (M >= 4096 || K >= 16384)) {
       choice.ops = &kn::fwd_bf16_coop_128x256x64_c2x1();
       choice.knobs = raster_n(8);
     }
