@@ -441,6 +441,12 @@ enum class RopeAngles {
 Matrix linear_rowscale_rope_unfused(const Matrix& h, const Matrix& w_qkv, const Vector& rstd,
                                     const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
                                     coda_dtype dtype, RopeAngles angles = RopeAngles::kFloat32);
+/// F4 with QK-norm unfused (HF Qwen3): z = R(R(h * rstd) w^T); per q/k head r = 1/sqrtf(mean(z^2) + eps) in float,
+/// n = R(gamma R(z r)); then F4's unfused RoPE on n.
+Matrix linear_rowscale_qk_norm_rope_unfused(const Matrix& h, const Matrix& w_qkv, const Vector& rstd,
+                                            const QkNorm& norm, const Positions& positions, const Vector& inv_freq,
+                                            const RopeHeads& heads, coda_dtype dtype,
+                                            RopeAngles angles = RopeAngles::kFloat32);
 /// F5 unfused: logits = R(R(h * rstd) w^T); capped = R(R(tanh(R(l / c))) * c) (three dtype ops); lse in float over
 /// the capped dtype logits; target logit = capped[t].
 Lse linear_rowscale_lse_unfused(const Matrix& h, const Matrix& w, const Vector& rstd, const Targets& targets,

@@ -249,10 +249,11 @@ SwigluBwd linear_swiglu_bwd_zdz_unfused(const Matrix& dx, const Matrix& w_down, 
 
 // ---- RoPE --------------------------------------------------------------------------------------------------------
 
-Matrix linear_rowscale_rope_unfused(const Matrix& h, const Matrix& w_qkv, const Vector& rstd,
-                                    const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
-                                    coda_dtype dtype, RopeAngles angles) {
-  const Matrix z = linear_rowscale_unfused(h, w_qkv, rstd, dtype);
+namespace {
+
+// HF apply_rotary_pos_emb on the q/k heads of an already rounded z (pairs adjacent).
+Matrix rope_unfused(const Matrix& z, const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
+                    coda_dtype dtype, RopeAngles angles) {
   check_rope_shapes(z, positions, inv_freq, heads);
   Matrix out = z;  // v passes through (already rounded)
   const int64_t hd = heads.head_dim;
@@ -269,6 +270,41 @@ Matrix linear_rowscale_rope_unfused(const Matrix& h, const Matrix& w_qkv, const 
       }
     }
   return out;
+}
+
+}  // namespace
+
+Matrix linear_rowscale_rope_unfused(const Matrix& h, const Matrix& w_qkv, const Vector& rstd,
+                                    const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
+                                    coda_dtype dtype, RopeAngles angles) {
+  return rope_unfused(linear_rowscale_unfused(h, w_qkv, rstd, dtype), positions, inv_freq, heads, dtype, angles);
+}
+
+Matrix linear_rowscale_qk_norm_rope_unfused(const Matrix& h, const Matrix& w_qkv, const Vector& rstd,
+                                            const QkNorm& norm, const Positions& positions, const Vector& inv_freq,
+                                            const RopeHeads& heads, coda_dtype dtype, RopeAngles angles) {
+  Matrix z = linear_rowscale_unfused(h, w_qkv, rstd, dtype);
+  if (static_cast<int64_t>(norm.q_gamma.size()) != heads.head_dim ||
+      static_cast<int64_t>(norm.k_gamma.size()) != heads.head_dim || z.cols != heads.width()) {
+    throw std::invalid_argument("coda::ref::linear_rowscale_qk_norm_rope_unfused: gammas [head_dim], w_qkv rows W");
+  }
+  const int64_t hd = heads.head_dim;
+  for (int64_t m = 0; m < z.rows; ++m) {
+    for (int64_t head = 0; head < heads.n_q_heads + heads.n_kv_heads; ++head) {
+      const Vector& g = head < heads.n_q_heads ? norm.q_gamma : norm.k_gamma;
+      float sq = 0.0f;  // Qwen3RMSNorm: variance in float of the dtype values
+      for (int64_t j = 0; j < hd; ++j) {
+        const float v = static_cast<float>(z(m, head * hd + j));
+        sq += v * v;
+      }
+      const float r = 1.0f / std::sqrt(sq / static_cast<float>(hd) + static_cast<float>(norm.eps));
+      for (int64_t j = 0; j < hd; ++j) {
+        const float v = static_cast<float>(z(m, head * hd + j));
+        z(m, head * hd + j) = q(static_cast<float>(g[idx(j)]) * q(v * r, dtype), dtype);  // weight * R(x r)
+      }
+    }
+  }
+  return rope_unfused(z, positions, inv_freq, heads, dtype, angles);
 }
 
 RopeBwd rope_bwd_zdz_unfused(const Matrix& qkv, const Matrix& dqkv, const Positions& positions,

@@ -136,6 +136,10 @@ std::vector<Output> all_outputs(coda_dtype dt, uint64_t seed, RopeAngles angles 
   const Vector inv_freq = rope_inv_freq(heads.head_dim);
   add("F4 qkv", linear_rowscale_rope(h, w_qkv, rstd, pos, inv_freq, heads),
       linear_rowscale_rope_unfused(h, w_qkv, rstd, pos, inv_freq, heads, dt, angles), dt);
+  const QkNorm qk_norm_args{round_to(random_gamma(heads.head_dim, rng), dt), round_to(random_gamma(heads.head_dim, rng), dt),
+                            1e-6};
+  add("F4 qk-norm qkv", linear_rowscale_qk_norm_rope(h, w_qkv, rstd, qk_norm_args, pos, inv_freq, heads),
+      linear_rowscale_qk_norm_rope_unfused(h, w_qkv, rstd, qk_norm_args, pos, inv_freq, heads, dt, angles), dt);
   const Matrix w_v = weight(vocab, d, 0.1);
   const Targets targets = random_targets(m_rows, vocab, rng, 0.2);
   for (const double cap : {0.0, 5.0}) {
@@ -311,6 +315,19 @@ TEST(ReferenceAcceptance, TypicalBugsFail) {
   check_fails("F4 wrong pairs", rope_rotate_half(z, pos, inv_freq, heads),
               linear_rowscale_rope_unfused(h, w_qkv, rstd, pos, inv_freq, heads, dt),
               rope(z, pos, inv_freq, heads));
+  // QK-norm with the gammas in HF's (rotate-half) order on the paired layout.
+  const QkNorm qk{round_to(random_gamma(16, rng), dt), round_to(random_gamma(16, rng), dt), 1e-6};
+  QkNorm unpaired = qk;
+  for (Vector* g : {&unpaired.q_gamma, &unpaired.k_gamma}) {
+    const Vector paired = *g;
+    for (int64_t i = 0; i < 8; ++i) {
+      (*g)[static_cast<size_t>(i)] = paired[static_cast<size_t>(2 * i)];
+      (*g)[static_cast<size_t>(i + 8)] = paired[static_cast<size_t>(2 * i + 1)];
+    }
+  }
+  check_fails("QK-norm gammas unpaired", linear_rowscale_qk_norm_rope(h, w_qkv, rstd, unpaired, pos, inv_freq, heads),
+              linear_rowscale_qk_norm_rope_unfused(h, w_qkv, rstd, qk, pos, inv_freq, heads, dt),
+              linear_rowscale_qk_norm_rope(h, w_qkv, rstd, qk, pos, inv_freq, heads));
   // F2 without the row scale.
   check_fails("F2 rstd dropped", linear(h, w_qkv), linear_rowscale_unfused(h, w_qkv, rstd, dt),
               linear_rowscale(h, w_qkv, rstd));
