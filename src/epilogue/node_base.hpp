@@ -68,6 +68,17 @@ CUTLASS_DEVICE auto line_partition(Args const& args) {
   }
 }
 
+/// (CPY, CPY_M, CPY_N, EPI_M, EPI_N) partition of the problem's (m, n, l) coordinates for the thread: each fragment
+/// element's absolute position (an identity tensor, so no registers per element beyond the tile's origin).
+template <bool ReferenceSrc, class Args>
+CUTLASS_DEVICE auto fragment_coords(Args const& args) {
+  auto const M = cute::get<0>(args.problem_shape_mnkl), N = cute::get<1>(args.problem_shape_mnkl);
+  auto const L = cute::get<3>(args.problem_shape_mnkl);
+  return cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
+      cute::make_identity_tensor(cute::make_shape(M, N, L)), args.tile_shape_mnk, args.tile_coord_mnkl, args.epi_tile,
+      args.tiled_copy, args.thread_idx);
+}
+
 /// {lane_layout_MN, lane_mn}: the subtile's (m, n) -> lane layout and this lane's coordinate in it.
 template <bool ReferenceSrc, class TiledCopy>
 CUTLASS_DEVICE auto lanes_of_warp(TiledCopy const& tiled_copy) {

@@ -167,12 +167,11 @@ struct Sm90PairStore : Sm90StoreOnlyNode {
   template <bool ReferenceSrc, class... Args>
   CUTLASS_DEVICE auto get_consumer_store_callbacks(
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
-    auto [M, N, K, L] = args.problem_shape_mnkl;
-    auto coords = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
-        cute::make_identity_tensor(cute::make_shape(M, N, L)), args.tile_shape_mnk, args.tile_coord_mnkl,
-        args.epi_tile, args.tiled_copy, args.thread_idx);
-    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), static_cast<int>(M),
-                                                    static_cast<int>(N) / 2, params_ptr);
+    auto coords = fragment_coords<ReferenceSrc>(args);
+    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords),
+                                                    static_cast<int>(cute::get<0>(args.problem_shape_mnkl)),
+                                                    static_cast<int>(cute::get<1>(args.problem_shape_mnkl)) / 2,
+                                                    params_ptr);
   }
 };
 

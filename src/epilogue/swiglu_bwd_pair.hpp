@@ -20,11 +20,10 @@
 // previous design, stop 12-15) started only when the epilogue did and left the first subtile's DRAM latency
 // exposed (ncu: the largest single stall inside B3's epilogue at llama3-1B).
 //
-// Row partials: per-row fp32 sums (two rows per epi_m per thread) kept in thread-private smem words (registers held
-// across subtiles made the kernel spill), merged over the quad (the 4 lanes that share a row; one warp along N in
-// pingpong) with two xor-shuffles in end(), written by lane 0 of the quad to partials[t, m] at m + Mpad * t,
-// Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics: deterministic. Rows >= M and columns
-// >= F are neither loaded nor written.
+// Row partials: per-row fp32 sums kept in thread-private smem words (registers held across subtiles made the
+// kernel spill) and merged over the quad at the tile's end (smem_row_sums.hpp, shared with F1's node), written to
+// partials[t, m] at m + Mpad * t, Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics:
+// deterministic. Rows >= M and columns >= F are neither loaded nor written.
 //
 // Registers: the 128 accumulators stay live through the epilogue (docs/FUSED_OPS.md "B3" has what spilled and why).
 //
@@ -50,6 +49,7 @@
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 
 #include "epilogue/node_base.hpp"
+#include "epilogue/smem_row_sums.hpp"
 #endif
 
 namespace coda::epilogue {
@@ -72,40 +72,29 @@ inline SwigluBwdPairValue swiglu_bwd_pair_reference(double dy, double g, double 
 
 #if defined(__CUDACC__)
 
+/// Arguments of Sm90SwigluBwdPair. z itself is the kernel's C (see above): the op passes it as Operands::C with
+/// ldc = ldz / 2.
+template <class ElementZ>
+struct SwigluBwdPairArguments {
+  ElementZ* ptr_dz = nullptr;       ///< [M, 2F] out; may equal z (with the same row stride)
+  int64_t lddz = 0;
+  float* ptr_partials = nullptr;    ///< [T, Mpad] out: per-(N-tile, row) sums of g dg + u du
+};
+
 /// The node. `CtaTileShapeMNK` is the kernel's CTA tile; `ElementZ` the 16-bit element of z, dz (and y);
 /// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup).
 template <class CtaTileShapeMNK, class ElementZ, int kThreads = 128>
-struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
+struct Sm90SwigluBwdPair
+    : SmemRowSumsNode<Sm90SwigluBwdPair<CtaTileShapeMNK, ElementZ, kThreads>, SwigluBwdPairArguments<ElementZ>,
+                      cute::size<0>(CtaTileShapeMNK{}), kThreads> {
   static_assert(cutlass::sizeof_bits<ElementZ>::value == 16, "z pairs are read and written as 32-bit words");
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
-  // Subtiles along M: the sm90 epilogue tile is 64 rows per 128 threads (EpilogueTileAuto).
-  static constexpr int kEpiMMax = kTileM * 128 / (64 * kThreads) > 0 ? kTileM * 128 / (64 * kThreads) : 1;
-  struct SharedStorage {
-    alignas(128) float rows[2 * kEpiMMax * kThreads];  // [epi_m][thread][h] row-term sums
-  };
-  // z itself is the kernel's C (see above): the op passes it as Operands::C with ldc = ldz / 2.
-  struct Arguments {
-    ElementZ* ptr_dz = nullptr;       ///< [M, 2F] out; may equal z (with the same row stride)
-    int64_t lddz = 0;
-    float* ptr_partials = nullptr;    ///< [T, Mpad] out: per-(N-tile, row) sums of g dg + u du
-  };
-  /// Arguments plus the problem extents, so the per-thread callbacks keep no copies of them in registers.
-  struct Params : Arguments {
-    int M = 0;
-    int F = 0;
-    int64_t m_pad = 0;  // round_up(M, CTA_M): the partials' row stride
-  };
+  using Base = SmemRowSumsNode<Sm90SwigluBwdPair, SwigluBwdPairArguments<ElementZ>, kTileM, kThreads>;
+  using typename Base::Arguments;
+  using typename Base::Params;  // Params::N is F
+  using Base::Base;
 
-  template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
-    Params p;
-    static_cast<Arguments&>(p) = args;
-    p.M = static_cast<int>(cute::get<0>(problem_shape));
-    p.F = static_cast<int>(cute::get<1>(problem_shape));
-    p.m_pad = (static_cast<int64_t>(p.M) + kTileM - 1) / kTileM * kTileM;
-    return p;
-  }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     auto const n = cute::get<1>(problem_shape);
@@ -113,43 +102,16 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
            args.lddz % 4 == 0 && (reinterpret_cast<uintptr_t>(args.ptr_dz) & 7u) == 0;
   }
 
-  CUTLASS_HOST_DEVICE Sm90SwigluBwdPair() {}
-  CUTLASS_HOST_DEVICE Sm90SwigluBwdPair(Params const& params, SharedStorage const& shared)
-      : params_ptr(&params), smem_rows(const_cast<float*>(shared.rows)) {}
-
-  Params const* params_ptr = nullptr;
-  float* smem_rows = nullptr;
-
-
   /// CoordTensor: absolute (m, n, l) of every fragment element, per (epi_m, epi_n).
   template <class CoordTensor>
-  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    static constexpr int kEpiM = decltype(cute::size<3>(cute::declval<CoordTensor>()))::value;
-    static constexpr int kEpiN = decltype(cute::size<4>(cute::declval<CoordTensor>()))::value;
-    static_assert(kEpiM <= kEpiMMax, "SharedStorage::rows is sized for the EpilogueTileAuto subtiles along M");
-
-    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params, uint32_t smem_thread)
-        : tC_cD(cute::forward<CoordTensor>(coords)), params(params), smem_thread(smem_thread) {}
-
+  struct ConsumerStoreCallbacks : RowSumsCallbacks<kTileM, kTileN, kThreads, Params, CoordTensor> {
+    using Base = RowSumsCallbacks<kTileM, kTileN, kThreads, Params, CoordTensor>;
+    using Base::Base;
     // Register budget: the pingpong consumer keeps its 128 accumulators live through the epilogue, so the
-    // callbacks hold only the coordinates, the Params pointer and one smem address; M, F and the partials' offset
-    // come from Params (constant bank) or are recomputed in end(), row sums live in smem.
-    CoordTensor tC_cD;
-    Params const* params;
-    // Shared-window address (32-bit: one register) of this thread's row sums: the pair (rows r, r + 8) of epi_m e
-    // is a float2 at e * kThreads * 8 bytes further.
-    uint32_t smem_thread;
-
-    CUTLASS_DEVICE uint32_t rows_addr(int e) const {
-      return smem_thread + static_cast<uint32_t>(e * kThreads * 8);
-    }
-
-    /// Row r and column c of fragment element 0 of subtile (epi_m, epi_n); element 4j + 2h + e is at
-    /// (r + 8h, c + 8j + e) (CUTLASS_EVT.md section 4), so one coordinate per subtile addresses all 16.
-    CUTLASS_DEVICE cute::tuple<int, int> origin(int epi_m, int epi_n) const {
-      auto const c = tC_cD(0, 0, 0, epi_m, epi_n);
-      return {static_cast<int>(cute::get<0>(c)), static_cast<int>(cute::get<1>(c))};
-    }
+    // callbacks hold only the coordinates, the Params pointer and one smem address (the base's); M, F and the
+    // partials' offset come from Params (constant bank) or are recomputed at the end, row sums live in smem.
+    using Base::params;
+    using Base::tC_cD;
 
     /// dy: the accumulator fragment; zw: the same elements' z words (g | u << 16) as the C child delivers them
     /// (floats carrying the bits; zero for rows >= M or columns >= F, which TMA fills).
@@ -164,7 +126,9 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
       auto bits = [](ElementZ v) { return static_cast<uint32_t>(v.raw()); };
       auto value = [&](uint32_t b) { return from_z(ElementZ::bitcast(static_cast<uint16_t>(b))); };
 
-      auto const [r, c] = origin(epi_m, epi_n);
+      // Fragment element 4j + 2h + e is at (r + 8h, c + 8j + e) (CUTLASS_EVT.md section 4): one coordinate per
+      // subtile addresses all 16.
+      auto const [r, c] = fragment_origin(tC_cD, epi_m, epi_n);
       cutlass::Array<float, FragmentSize> y;
       float part[2] = {0.0f, 0.0f};  // this subtile's row terms of rows r, r + 8
       // dz leaves in two halves of 8 elements (column groups j = 0, 1 then 2, 3), each computed in one branch-free
@@ -172,7 +136,7 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
       // overlapping one pair's latency chain with the next; all 16 at once spilled. Streaming stores (.cs:
       // evict-first): dz is not read again by this kernel. F % 8 == 0, so columns n and n + 1 are both inside or
       // both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per half.
-      bool const inside = r + 8 < params->M && c + 24 < params->F;
+      bool const inside = r + 8 < params->M && c + 24 < params->N;
       ElementZ* const dz_r = params->ptr_dz + static_cast<int64_t>(r) * params->lddz + 2 * c;
       int64_t const dz_r8 = 8 * params->lddz;  // row r + 8
       CUTLASS_PRAGMA_UNROLL
@@ -212,64 +176,15 @@ struct Sm90SwigluBwdPair : Sm90StoreOnlyNode {
         } else {
           CUTLASS_PRAGMA_UNROLL
           for (int k = 8 * half; k < 8 * half + 8; k += 2) {
-            if (r + 8 * ((k >> 1) & 1) < params->M && c + 8 * (k >> 2) < params->F) store(k);
+            if (r + 8 * ((k >> 1) & 1) < params->M && c + 8 * (k >> 2) < params->N) store(k);
           }
         }
       }
-      // Row sums in smem (thread-private words): registers held across subtiles made the kernel spill. Static
-      // indices only.
-      CUTLASS_PRAGMA_UNROLL
-      for (int e = 0; e < kEpiM; ++e) {
-        if (e == epi_m) {
-          float r0 = 0.0f, r8 = 0.0f;
-          if (epi_n != 0) asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(r0), "=f"(r8) : "r"(rows_addr(e)));
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(rows_addr(e)), "f"(r0 + part[0]), "f"(r8 + part[1])
-                       : "memory");
-        }
-      }
+      this->add(epi_m, epi_n, part[0], part[1]);
       return y;
-    }
-
-    CUTLASS_DEVICE void end() {
-      Params const& p = *params;
-      // The CTA tile from this thread's first element: the tile's first row and column, and its N-tile index.
-      auto const [r0, c0] = origin(0, 0);
-      int const tile_m0 = r0 / kTileM * kTileM, tile_n = c0 / kTileN;
-      // A CTA entirely outside the problem (a partially out-of-bounds cluster) has nothing to write; the condition
-      // is uniform over the CTA, so no lane skips a shuffle that another takes.
-      if (tile_m0 >= p.M || tile_n * kTileN >= p.F) return;
-      float* const partials = p.ptr_partials + p.m_pad * tile_n;  // batch L = 1 (can_implement)
-      bool const writer = (threadIdx.x & 3) == 0;
-      CUTLASS_PRAGMA_UNROLL
-      for (int e = 0; e < kEpiM; ++e) {
-        int const r = cute::get<0>(origin(e, 0));
-        float rows[2];
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(rows[0]), "=f"(rows[1]) : "r"(rows_addr(e)));
-        CUTLASS_PRAGMA_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          float v = rows[h];
-          v += __shfl_xor_sync(0xffffffffu, v, 1);
-          v += __shfl_xor_sync(0xffffffffu, v, 2);
-          int const m = r + 8 * h;
-          if (writer && m < p.M) partials[m] = v;
-        }
-      }
     }
   };
 
-  template <bool ReferenceSrc, class... Args>
-  CUTLASS_DEVICE auto get_consumer_store_callbacks(
-      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
-    auto [M, N, K, L] = args.problem_shape_mnkl;
-    auto coords = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
-        cute::make_identity_tensor(cute::make_shape(M, N, L)), args.tile_shape_mnk, args.tile_coord_mnkl,
-        args.epi_tile, args.tiled_copy, args.thread_idx);
-    static_assert(decltype(cute::size(args.tiled_copy))::value == kThreads,
-                  "Sm90SwigluBwdPair: kThreads must be the epilogue's thread count (one smem word set per thread)");
-    uint32_t const smem_thread = static_cast<uint32_t>(__cvta_generic_to_shared(smem_rows)) +
-                                 static_cast<uint32_t>(args.thread_idx % kThreads) * 8u;
-    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), params_ptr, smem_thread);
-  }
 };
 
 #endif  // __CUDACC__

@@ -325,32 +325,6 @@ TEST(ReferenceGrad, MlpChainB3ThenB2) {
               wgrad(g_out, b3.y), "dW_down");
 }
 
-// q/k/v input: qkv = rope(RMSNorm(x) W_qkv^T); L = <G, qkv> + <dx_in, x>. B1 (dz, zdz) then B2.
-TEST(ReferenceGrad, QkvChainB1ThenB2) {
-  Rng rng(20);
-  const RopeHeads heads{4, 2, 8};
-  const int64_t m_rows = 5, d = 16;
-  const double eps = 1e-5;
-  const Matrix x = random_residual(m_rows, d, rng);
-  const Vector gamma = random_gamma(d, rng);
-  const Matrix w_qkv = random_weight(heads.width(), d, rng, 0.3);
-  const Matrix g_out = random_activation(m_rows, heads.width(), rng);
-  const Matrix dx_in = random_activation(m_rows, d, rng);
-  const Positions pos = {3, 4, 5, 150000, 0};
-  const Vector inv_freq = rope_inv_freq(heads.head_dim, 500000.0);
-  auto loss = [&](const Matrix& xx, const Vector& gg, const Matrix& ww) {
-    return dot(g_out, rope(linear(rmsnorm(xx, gg, eps), ww), pos, inv_freq, heads)) + dot(dx_in, xx);
-  };
-  const RmsnormPrepare prep = rmsnorm_prepare(x, gamma, eps);
-  const Matrix qkv = linear_rowscale_rope(prep.h, w_qkv, prep.rstd, pos, inv_freq, heads);
-  const RopeBwd b1 = rope_bwd_zdz(qkv, g_out, pos, inv_freq, heads, d);
-  const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(b1.dz, w_qkv, x, gamma, prep.rstd, b1.zdz, &dx_in, 1.0);
-  expect_grad(numeric_gradient([&](const Matrix& v) { return loss(v, gamma, w_qkv); }, x), b2.dx, "dx");
-  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_qkv); }, gamma), b2.dgamma, "dgamma");
-  expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, v); }, w_qkv), wgrad(b1.dz, b2.a),
-              "dW_qkv");
-}
-
 // QK-norm: per head, the same as the row RMSNorm of that head's columns.
 TEST(ReferenceGrad, QkNormIsRmsnormPerHead) {
   const RopeHeads heads{4, 2, 8};
@@ -417,41 +391,54 @@ TEST(ReferenceGrad, QkNormRopeBwd) {
   }
 }
 
-// Qwen3's q/k/v input: qkv = rope(qk_norm(RMSNorm(x) W_qkv^T)); L = <G, qkv> + <dx_in, x>. B1 with QK-norm (dz,
-// zdz from the head dots) then B2: the input norm's zdz rewrite holds with the per-head norm in between.
-TEST(ReferenceGrad, QkvQkNormChainThenB2) {
-  Rng rng(24);
-  const RopeHeads heads{4, 2, 8};
-  const int64_t m_rows = 5, d = 16;
-  const double eps = 1e-5;
-  const Matrix x = random_residual(m_rows, d, rng);
-  const Vector gamma = random_gamma(d, rng);
-  const Matrix w_qkv = random_weight(heads.width(), d, rng, 0.3);
-  const QkNorm norm{random_gamma(heads.head_dim, rng), random_gamma(heads.head_dim, rng), 1e-3};
-  const Matrix g_out = random_activation(m_rows, heads.width(), rng);
-  const Matrix dx_in = random_activation(m_rows, d, rng);
-  const Positions pos = {3, 4, 5, 150000, 0};
-  const Vector inv_freq = rope_inv_freq(heads.head_dim, 1000000.0);
-  auto loss = [&](const Matrix& xx, const Vector& gg, const Matrix& ww, const QkNorm& nn) {
-    return dot(g_out, rope(qk_norm(linear(rmsnorm(xx, gg, eps), ww), nn, heads), pos, inv_freq, heads)) +
-           dot(dx_in, xx);
-  };
-  const RmsnormPrepare prep = rmsnorm_prepare(x, gamma, eps);
-  const Matrix z = linear_rowscale(prep.h, w_qkv, prep.rstd);
-  const Matrix qkv = linear_rowscale_qk_norm_rope(prep.h, w_qkv, prep.rstd, norm, pos, inv_freq, heads);
-  const QkNormRopeBwd b1 = qk_norm_rope_bwd(z, qkv, g_out, norm, pos, inv_freq, heads, d);
-  const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(b1.dz, w_qkv, x, gamma, prep.rstd, b1.zdz, &dx_in, 1.0);
-  expect_grad(numeric_gradient([&](const Matrix& v) { return loss(v, gamma, w_qkv, norm); }, x), b2.dx, "dx");
-  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_qkv, norm); }, gamma), b2.dgamma,
-              "dgamma");
-  expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, v, norm); }, w_qkv), wgrad(b1.dz, b2.a),
-              "dW_qkv");
-  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{v, norm.k_gamma, 1e-3}); },
-                               norm.q_gamma),
-              b1.dq_gamma, "dq_gamma");
-  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{norm.q_gamma, v, 1e-3}); },
-                               norm.k_gamma),
-              b1.dk_gamma, "dk_gamma");
+// q/k/v input: qkv = rope(RMSNorm(x) W_qkv^T), or with QK-norm (Qwen3) rope(qk_norm(RMSNorm(x) W_qkv^T));
+// L = <G, qkv> + <dx_in, x>. B1 (dz, zdz), or B1 with QK-norm (zdz from the head dots), then B2: the input norm's
+// zdz rewrite holds with the per-head norm in between.
+TEST(ReferenceGrad, QkvChainB1ThenB2) {
+  for (const bool with_qk_norm : {false, true}) {
+    SCOPED_TRACE(with_qk_norm ? "with QK-norm" : "without QK-norm");
+    Rng rng(20);
+    const RopeHeads heads{4, 2, 8};
+    const int64_t m_rows = 5, d = 16;
+    const double eps = 1e-5;
+    const Matrix x = random_residual(m_rows, d, rng);
+    const Vector gamma = random_gamma(d, rng);
+    const Matrix w_qkv = random_weight(heads.width(), d, rng, 0.3);
+    const Matrix g_out = random_activation(m_rows, heads.width(), rng);
+    const Matrix dx_in = random_activation(m_rows, d, rng);
+    const QkNorm norm{random_gamma(heads.head_dim, rng), random_gamma(heads.head_dim, rng), 1e-3};
+    const Positions pos = {3, 4, 5, 150000, 0};
+    const Vector inv_freq = rope_inv_freq(heads.head_dim, 500000.0);
+    auto loss = [&](const Matrix& xx, const Vector& gg, const Matrix& ww, const QkNorm& nn) {
+      const Matrix z = linear(rmsnorm(xx, gg, eps), ww);
+      return dot(g_out, rope(with_qk_norm ? qk_norm(z, nn, heads) : z, pos, inv_freq, heads)) + dot(dx_in, xx);
+    };
+    const RmsnormPrepare prep = rmsnorm_prepare(x, gamma, eps);
+    Matrix dz;
+    Vector zdz;
+    if (with_qk_norm) {
+      const Matrix z = linear_rowscale(prep.h, w_qkv, prep.rstd);
+      const Matrix qkv = linear_rowscale_qk_norm_rope(prep.h, w_qkv, prep.rstd, norm, pos, inv_freq, heads);
+      const QkNormRopeBwd b1 = qk_norm_rope_bwd(z, qkv, g_out, norm, pos, inv_freq, heads, d);
+      expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{v, norm.k_gamma, 1e-3}); },
+                                   norm.q_gamma),
+                  b1.dq_gamma, "dq_gamma");
+      expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{norm.q_gamma, v, 1e-3}); },
+                                   norm.k_gamma),
+                  b1.dk_gamma, "dk_gamma");
+      dz = b1.dz, zdz = b1.zdz;
+    } else {
+      const Matrix qkv = linear_rowscale_rope(prep.h, w_qkv, prep.rstd, pos, inv_freq, heads);
+      const RopeBwd b1 = rope_bwd_zdz(qkv, g_out, pos, inv_freq, heads, d);
+      dz = b1.dz, zdz = b1.zdz;
+    }
+    const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(dz, w_qkv, x, gamma, prep.rstd, zdz, &dx_in, 1.0);
+    expect_grad(numeric_gradient([&](const Matrix& v) { return loss(v, gamma, w_qkv, norm); }, x), b2.dx, "dx");
+    expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_qkv, norm); }, gamma), b2.dgamma,
+                "dgamma");
+    expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, v, norm); }, w_qkv), wgrad(dz, b2.a),
+                "dW_qkv");
+  }
 }
 
 // Linear-layer gradients: dgrad and wgrad are the derivatives of <G, a w^T>; gemm's alpha and accumulate.
