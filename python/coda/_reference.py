@@ -160,6 +160,27 @@ def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim
     return dz.to(dqkv.dtype), _stat_like(zdz, qkv)
 
 
+def qk_norm_rope_bwd(z, qkv, dqkv, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim,
+                     hidden_size):
+    """B1 with QK-norm (MATH.md), float64: z the pre-norm input (the QKV GEMM's output), qkv the rotated output, dqkv
+    its gradient. -> (dz, zdz, dq_gamma, dk_gamma); zdz from the head dots: (1/d)(sum_h eps r_h^2 <dqkv_h, qkv_h> +
+    <v, dv>)."""
+    z64, y64, dy64 = _f64(z), _f64(qkv), _f64(dqkv)
+    M, n_rot = z64.shape[0], n_q_heads + n_kv_heads
+    W = n_rot * head_dim
+    u = z64[:, :W].reshape(M, n_rot, head_dim)
+    r = torch.rsqrt(u.square().mean(dim=-1) + eps)[..., None]  # [M, heads, 1]
+    g = torch.cat((_f64(q_gamma).expand(n_q_heads, head_dim), _f64(k_gamma).expand(n_kv_heads, head_dim)))
+    dn = _rotate(dy64, positions, inv_freq, n_rot, head_dim, -1.0)[:, :W].reshape(M, n_rot, head_dim)
+    s = (dy64[:, :W] * y64[:, :W]).reshape(M, n_rot, head_dim).sum(-1, keepdim=True)  # <dn, n> = <dy, y>
+    nh = u * r
+    du = r * (g * dn - nh * s / head_dim)
+    dz = torch.cat((du.reshape(M, W), dy64[:, W:]), dim=1)
+    zdz = ((eps * r.square() * s).sum(dim=(1, 2)) + (z64[:, W:] * dy64[:, W:]).sum(-1)) / hidden_size
+    dgamma = (dn * nh).sum(0)  # [heads, hd]
+    return dz, zdz, dgamma[:n_q_heads].sum(0), dgamma[n_q_heads:].sum(0)
+
+
 def linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, alpha):
     D = alpha * (_f64(dz) @ _f64(w))
     dx, a, dgamma = _norm_bwd(D, _f64(x), _f64(gamma), _f64(rstd), alpha * _f64(zdz))

@@ -1,6 +1,6 @@
-"""QK-norm + RoPE (Qwen3's attention input), the float64 reference against HF's Qwen3 attention on the CPU: in CODA's
-layout (W_q, W_k rows and the norms' gammas permuted so RoPE pairs are adjacent, MATH.md "F4 with QK-norm") the
-reference computes what HF computes on its own layout."""
+"""QK-norm + RoPE (Qwen3's attention input), the float64 references on the CPU: the forward against HF's Qwen3
+attention (in CODA's layout, W_q, W_k rows and the norms' gammas permuted so RoPE pairs are adjacent, MATH.md "F4
+with QK-norm", it computes what HF computes on its own layout), the backward against autograd of the forward."""
 import pytest
 import torch
 
@@ -48,3 +48,24 @@ def test_qk_norm_rope_matches_hf_qwen3(n_q_heads, n_kv_heads, head_dim):
     torch.testing.assert_close(v_c, v[0], rtol=1e-12, atol=1e-12)
     u = z[:, : (n_q_heads + n_kv_heads) * head_dim].reshape(M, -1, head_dim)
     torch.testing.assert_close(head_rstd, torch.rsqrt(u.square().mean(-1) + cfg.rms_norm_eps), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("n_q_heads,n_kv_heads,head_dim,eps", [(4, 2, 8, 1e-2), (2, 1, 16, 1e-6)])
+def test_qk_norm_rope_bwd_is_the_gradient(n_q_heads, n_kv_heads, head_dim, eps):
+    torch.manual_seed(1)
+    M, hidden = 6, 40
+    W = (n_q_heads + 2 * n_kv_heads) * head_dim
+    z = (0.2 * torch.randn(M, W, dtype=torch.float64)).requires_grad_()  # small: eps matters at 1e-2
+    q_gamma = torch.empty(head_dim, dtype=torch.float64).uniform_(0.5, 1.5).requires_grad_()
+    k_gamma = torch.empty(head_dim, dtype=torch.float64).uniform_(0.5, 1.5).requires_grad_()
+    positions = torch.tensor([0, 1, 7, 4096, 131071, 3], dtype=torch.int32)
+    inv_freq = 1.0 / (1e6 ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    qkv, _ = ref.qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim)
+    dqkv = torch.randn(M, W, dtype=torch.float64)
+    want = torch.autograd.grad((qkv * dqkv).sum(), (z, q_gamma, k_gamma))
+    dz, zdz, dq_gamma, dk_gamma = ref.qk_norm_rope_bwd(z.detach(), qkv.detach(), dqkv, positions, inv_freq,
+                                                       q_gamma.detach(), k_gamma.detach(), eps, n_q_heads,
+                                                       n_kv_heads, head_dim, hidden)
+    for got, exp in zip((dz, dq_gamma, dk_gamma), want):
+        torch.testing.assert_close(got, exp, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(zdz, (z.detach() * dz).sum(-1) / hidden, rtol=1e-12, atol=1e-14)
