@@ -42,12 +42,12 @@ struct Square {
   }
 };
 
-/// The node: Fn is a default-constructible `float operator()(float) const` (device).
 /// Arguments of Sm90RowPartials.
 struct RowPartialsArguments {
   float* ptr_partials = nullptr;  ///< [ceil(N / CTA_N), Mpad] fp32 out
 };
 
+/// The node: Fn is a default-constructible `float operator()(float) const` (device).
 template <class Fn, class CtaTileShapeMNK, int kThreads>
 struct Sm90RowPartials
     : SmemRowSumsNode<Sm90RowPartials<Fn, CtaTileShapeMNK, kThreads>, RowPartialsArguments,

@@ -50,40 +50,56 @@ struct SmemRowSums {
   CUTLASS_DEVICE static uint32_t pair_addr(uint32_t words, int e) {
     return words + static_cast<uint32_t>(e * kThreads * 8);
   }
+};
+
+/// The consumer-store callbacks' common half for a node that keeps SmemRowSums: the thread's coordinates, the
+/// node's Params (with ptr_partials, M, N and m_pad; read through the pointer, so no register copies) and its words.
+/// A node derives its callbacks from it and adds visit(), which ends with add(); end() writes the partials.
+template <int kTileM, int kTileN, int kThreads, class Params, class CoordTensor>
+struct RowSumsCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+  using RowSums = SmemRowSums<kTileM, kThreads>;
+  static constexpr int kEpiM = decltype(cute::size<3>(cute::declval<CoordTensor>()))::value;
+  static_assert(kEpiM <= RowSums::kEpiMMax, "SmemRowSums: sized for the EpilogueTileAuto subtiles along M");
+
+  CUTLASS_DEVICE RowSumsCallbacks(CoordTensor&& coords, Params const* params, uint32_t words)
+      : tC_cD(cute::forward<CoordTensor>(coords)), params(params), words(words) {}
+
+  CoordTensor tC_cD;
+  Params const* params;
+  uint32_t words;  // this thread's running sums (SmemRowSums::thread_words: one 32-bit register)
 
   /// Adds (r0, r8), subtile (epi_m, epi_n)'s sums of rows r and r + 8, to the thread's running pair for epi_m; the
   /// first subtile along N (epi_n = 0) writes it. Static smem indices only (a dynamic epi_m index would move the pair
   /// into local memory).
-  template <int kEpiM>
-  CUTLASS_DEVICE static void add(uint32_t words, int epi_m, int epi_n, float r0, float r8) {
-    static_assert(kEpiM <= kEpiMMax, "SmemRowSums: sized for the EpilogueTileAuto subtiles along M");
+  CUTLASS_DEVICE void add(int epi_m, int epi_n, float r0, float r8) const {
     CUTLASS_PRAGMA_UNROLL
     for (int e = 0; e < kEpiM; ++e) {
       if (e == epi_m) {
+        uint32_t const addr = RowSums::pair_addr(words, e);
         float s0 = 0.0f, s8 = 0.0f;
-        if (epi_n != 0) asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(s0), "=f"(s8) : "r"(pair_addr(words, e)));
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(pair_addr(words, e)), "f"(s0 + r0), "f"(s8 + r8)
-                     : "memory");
+        if (epi_n != 0) asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(s0), "=f"(s8) : "r"(addr));
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(s0 + r0), "f"(s8 + r8) : "memory");
       }
     }
   }
 
-  /// At the tile's end: partials[tile_n * m_pad + m] = the quad's sum of row m, for the tile's rows m < M. `tC_cD` is
-  /// the thread's coordinate partition; a CTA entirely outside the problem (a partially out-of-bounds cluster)
-  /// writes nothing: the condition is uniform over the CTA, so no lane skips a shuffle that another takes.
-  template <int kEpiM, int kTileN, class CoordTensor>
-  CUTLASS_DEVICE static void write(uint32_t words, CoordTensor const& tC_cD, float* ptr_partials, int M, int N,
-                                   int64_t m_pad) {
+  /// At the tile's end: partials[tile_n * m_pad + m] = the quad's sum of row m, for the tile's rows m < M. A CTA
+  /// entirely outside the problem (a partially out-of-bounds cluster) writes nothing: the condition is uniform over
+  /// the CTA, so no lane skips a shuffle that another takes.
+  CUTLASS_DEVICE void end() {
+    int const M = params->M;
     auto const [r0, c0] = fragment_origin(tC_cD, 0, 0);
     int const tile_m0 = r0 / kTileM * kTileM, tile_n = c0 / kTileN;
-    if (tile_m0 >= M || tile_n * kTileN >= N) return;
-    float* const partials = ptr_partials + m_pad * tile_n;
+    if (tile_m0 >= M || tile_n * kTileN >= params->N) return;
+    float* const partials = params->ptr_partials + params->m_pad * tile_n;
     bool const writer = (threadIdx.x & 3) == 0;
     CUTLASS_PRAGMA_UNROLL
     for (int e = 0; e < kEpiM; ++e) {
       int const r = cute::get<0>(fragment_origin(tC_cD, e, 0));
       float rows[2];
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(rows[0]), "=f"(rows[1]) : "r"(pair_addr(words, e)));
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                   : "=f"(rows[0]), "=f"(rows[1])
+                   : "r"(RowSums::pair_addr(words, e)));
       CUTLASS_PRAGMA_UNROLL
       for (int h = 0; h < 2; ++h) {
         float v = rows[h];
@@ -95,44 +111,6 @@ struct SmemRowSums {
     }
   }
 };
-
-/// The consumer-store callbacks' common half for a node that keeps SmemRowSums: the thread's coordinates, the
-/// node's Params (with ptr_partials, M, N and m_pad; read through the pointer, so no register copies) and its words;
-/// end() writes the partials. A node derives its callbacks from it and adds visit(), which ends with add().
-template <int kTileM, int kTileN, int kThreads, class Params, class CoordTensor>
-struct RowSumsCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-  using RowSums = SmemRowSums<kTileM, kThreads>;
-  static constexpr int kEpiM = decltype(cute::size<3>(cute::declval<CoordTensor>()))::value;
-
-  CUTLASS_DEVICE RowSumsCallbacks(CoordTensor&& coords, Params const* params, uint32_t words)
-      : tC_cD(cute::forward<CoordTensor>(coords)), params(params), words(words) {}
-
-  CoordTensor tC_cD;
-  Params const* params;
-  uint32_t words;  // this thread's running sums (SmemRowSums::thread_words: one 32-bit register)
-
-  CUTLASS_DEVICE cute::tuple<int, int> origin(int epi_m, int epi_n) const {
-    return fragment_origin(tC_cD, epi_m, epi_n);
-  }
-  /// Subtile (epi_m, epi_n)'s sums of the fragment's rows r and r + 8.
-  CUTLASS_DEVICE void add(int epi_m, int epi_n, float r0, float r8) const {
-    RowSums::template add<kEpiM>(words, epi_m, epi_n, r0, r8);
-  }
-  CUTLASS_DEVICE void end() {
-    RowSums::template write<kEpiM, kTileN>(words, tC_cD, params->ptr_partials, params->M, params->N, params->m_pad);
-  }
-};
-
-/// A node's callbacks (a RowSumsCallbacks<..., CoordTensor> derivative) for the tile of `args`.
-template <template <class> class Callbacks, bool ReferenceSrc, int kTileM, int kThreads, class Args, class Params,
-          class SharedStorage>
-CUTLASS_DEVICE auto make_row_sums_callbacks(Args const& args, Params const* params, SharedStorage const* smem) {
-  static_assert(decltype(cute::size(args.tiled_copy))::value == kThreads,
-                "SmemRowSums: kThreads must be the epilogue's thread count (one smem word pair per thread)");
-  auto coords = fragment_coords<ReferenceSrc>(args);
-  return Callbacks<decltype(coords)>(cute::move(coords), params,
-                                     SmemRowSums<kTileM, kThreads>::thread_words(smem, args.thread_idx));
-}
 
 /// The base of a node that keeps SmemRowSums: Params = the node's Arguments (with ptr_partials) plus the extents,
 /// so its callbacks keep no copies of them in registers; the shared storage; and get_consumer_store_callbacks,
@@ -167,8 +145,11 @@ struct SmemRowSumsNode : Sm90StoreOnlyNode {
   template <bool ReferenceSrc, class... Args>
   CUTLASS_DEVICE auto get_consumer_store_callbacks(
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
-    return make_row_sums_callbacks<Derived::template ConsumerStoreCallbacks, ReferenceSrc, kTileM, kThreads>(
-        args, params_ptr, smem);
+    static_assert(decltype(cute::size(args.tiled_copy))::value == kThreads,
+                  "SmemRowSums: kThreads must be the epilogue's thread count (one smem word pair per thread)");
+    auto coords = fragment_coords<ReferenceSrc>(args);
+    return typename Derived::template ConsumerStoreCallbacks<decltype(coords)>(
+        cute::move(coords), params_ptr, SmemRowSums<kTileM, kThreads>::thread_words(smem, args.thread_idx));
   }
 };
 

@@ -316,13 +316,14 @@ TEST(ReferenceAcceptance, TypicalBugsFail) {
               linear_rowscale_rope_unfused(h, w_qkv, rstd, pos, inv_freq, heads, dt),
               rope(z, pos, inv_freq, heads));
   // QK-norm with the gammas in HF's (rotate-half) order on the paired layout.
-  const QkNorm qk{round_to(random_gamma(16, rng), dt), round_to(random_gamma(16, rng), dt), 1e-6};
+  const int64_t hd = heads.head_dim;
+  const QkNorm qk{round_to(random_gamma(hd, rng), dt), round_to(random_gamma(hd, rng), dt), 1e-6};
   QkNorm unpaired = qk;
   for (Vector* g : {&unpaired.q_gamma, &unpaired.k_gamma}) {
     const Vector paired = *g;
-    for (int64_t i = 0; i < 8; ++i) {
+    for (int64_t i = 0; i < hd / 2; ++i) {
       (*g)[static_cast<size_t>(i)] = paired[static_cast<size_t>(2 * i)];
-      (*g)[static_cast<size_t>(i + 8)] = paired[static_cast<size_t>(2 * i + 1)];
+      (*g)[static_cast<size_t>(i + hd / 2)] = paired[static_cast<size_t>(2 * i + 1)];
     }
   }
   check_fails("QK-norm gammas unpaired", linear_rowscale_qk_norm_rope(h, w_qkv, rstd, unpaired, pos, inv_freq, heads),
