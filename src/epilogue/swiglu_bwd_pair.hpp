@@ -119,7 +119,8 @@ struct Sm90SwigluBwdPair
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
                               cutlass::Array<ElementInput, FragmentSize> const& dy,
                               cutlass::Array<ElementWord, FragmentSize> const& zw) {
-      static_assert(FragmentSize == 16, "expects the EpilogueTileAuto wgmma fragment: 4 column groups x 2 rows x 2 cols");
+      static_assert(FragmentSize == 16 || FragmentSize == 8,
+                    "expects a wgmma fragment of 4 (64x32 subtile) or 2 (64x16) column groups x 2 rows x 2 cols");
       static_assert(sizeof(ElementWord) == 4, "z arrives as one 32-bit word per accumulator element");
       cutlass::NumericConverter<ElementZ, float, cutlass::FloatRoundStyle::round_to_nearest> to_z{};
       cutlass::NumericConverter<float, ElementZ> from_z{};
@@ -127,23 +128,27 @@ struct Sm90SwigluBwdPair
       auto value = [&](uint32_t b) { return from_z(ElementZ::bitcast(static_cast<uint16_t>(b))); };
 
       // Fragment element 4j + 2h + e is at (r + 8h, c + 8j + e) (CUTLASS_EVT.md section 4): one coordinate per
-      // subtile addresses all 16.
-      auto const [r, c] = fragment_origin(tC_cD, epi_m, epi_n);
+      // subtile addresses all of them.
+      auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
+      int const r = cute::get<0>(origin), c = cute::get<1>(origin);
       cutlass::Array<float, FragmentSize> y;
       float part[2] = {0.0f, 0.0f};  // this subtile's row terms of rows r, r + 8
-      // dz leaves in two halves of 8 elements (column groups j = 0, 1 then 2, 3), each computed in one branch-free
-      // block and then stored: a bounds check after every pair split the block and kept the scheduler from
-      // overlapping one pair's latency chain with the next; all 16 at once spilled. Streaming stores (.cs:
+      // dz leaves in chunks, each computed in one branch-free block and then stored. 64x32 subtiles: two chunks of 8
+      // (column groups j = 0, 1 then 2, 3): a bounds check after every pair split the block and kept the scheduler
+      // from overlapping one pair's latency chain with the next; all 16 at once spilled. 64x16 subtiles (the 128x192
+      // tile, 192 accumulators): one pair per chunk, the smallest live set (ptxas: 12 bytes of spill stores against
+      // 24 with chunks of 4 and 8). The store addresses are recomputed from Params (kernel parameter space) per
+      // store rather than kept as 64-bit row pointers (60 -> 24 bytes at 128x192). Streaming stores (.cs:
       // evict-first): dz is not read again by this kernel. F % 8 == 0, so columns n and n + 1 are both inside or
-      // both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per half.
-      bool const inside = r + 8 < params->M && c + 24 < params->N;
-      ElementZ* const dz_r = params->ptr_dz + static_cast<int64_t>(r) * params->lddz + 2 * c;
-      int64_t const dz_r8 = 8 * params->lddz;  // row r + 8
+      // both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per chunk.
+      bool const inside = r + 8 < params->M && c + 8 * (FragmentSize / 4 - 1) < params->N;
+      constexpr int kChunk = FragmentSize == 16 ? 8 : 2;
       CUTLASS_PRAGMA_UNROLL
-      for (int half = 0; half < 2; ++half) {
-        uint32_t dz[8];  // packed (dg, du) words of elements 8 half .. 8 half + 7
+      for (int chunk = 0; chunk < FragmentSize / kChunk; ++chunk) {
+        uint32_t dz[kChunk];  // packed (dg, du) words of elements kChunk chunk .. kChunk chunk + kChunk - 1
         CUTLASS_PRAGMA_UNROLL
-        for (int k = 8 * half; k < 8 * half + 8; k += 2) {  // k = 4j + 2h: row r + 8h, columns c + 8j, c + 8j + 1
+        // k = 4j + 2h: row r + 8h, columns c + 8j, c + 8j + 1
+        for (int k = kChunk * chunk; k < kChunk * chunk + kChunk; k += 2) {
           CUTLASS_PRAGMA_UNROLL
           for (int e = 0; e < 2; ++e) {
             uint32_t const word = cutlass::platform::bit_cast<uint32_t>(zw[k + e]);
@@ -163,19 +168,21 @@ struct Sm90SwigluBwdPair
             float const du = d * (g * s);
             y[k + e] = yv;
             part[(k >> 1) & 1] = fmaf(dyy, fmaf(g, oms, 2.0f), part[(k >> 1) & 1]);
-            dz[k - 8 * half + e] = bits(to_z(dg)) | (bits(to_z(du)) << 16);
+            dz[k - kChunk * chunk + e] = bits(to_z(dg)) | (bits(to_z(du)) << 16);
           }
         }
         auto store = [&](int k) {
-          asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(dz_r + (((k >> 1) & 1) ? dz_r8 : 0) + 16 * (k >> 2)),
-                       "r"(dz[k - 8 * half]), "r"(dz[k - 8 * half + 1]));
+          ElementZ* const p =
+              params->ptr_dz + static_cast<int64_t>(r + 8 * ((k >> 1) & 1)) * params->lddz + 2 * c + 16 * (k >> 2);
+          asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p),
+                       "r"(dz[k - kChunk * chunk]), "r"(dz[k - kChunk * chunk + 1]));
         };
         if (inside) {
           CUTLASS_PRAGMA_UNROLL
-          for (int k = 8 * half; k < 8 * half + 8; k += 2) store(k);
+          for (int k = kChunk * chunk; k < kChunk * chunk + kChunk; k += 2) store(k);
         } else {
           CUTLASS_PRAGMA_UNROLL
-          for (int k = 8 * half; k < 8 * half + 8; k += 2) {
+          for (int k = kChunk * chunk; k < kChunk * chunk + kChunk; k += 2) {
             if (r + 8 * ((k >> 1) & 1) < params->M && c + 8 * (k >> 2) < params->N) store(k);
           }
         }

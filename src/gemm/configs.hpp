@@ -63,6 +63,13 @@ struct Pp128x192x64C2x1 : Mainloop<128, 192, 2, 1, true, false> {
 struct Pp128x192x64C2x1D6 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_d6";
 };
+/// The same mainloop with 64x16 epilogue subtiles (8 accumulator elements per thread per visit, half of
+/// EpilogueTileAuto's 64x32): a smaller epilogue live set beside the 192 accumulators, for programs that load C
+/// and would spill at the automatic subtile (B3: 124 bytes at 64x32).
+struct Pp128x192x64C2x1E16 : Pp128x192x64C2x1 {
+  static constexpr char const* kName = "pp_128x192x64_c2x1_e16";
+  using EpilogueTile = cute::Shape<cute::_64, cute::_16>;
+};
 /// The fp32 wgrad's add-into-D kernel (plain::ReduceAddEpilogue): the same mainloop under its own name.
 struct Pp128x128x64C2x1Radd : Pp128x128x64C2x1 {
   static constexpr char const* kName = "pp_128x128x64_c2x1_radd";

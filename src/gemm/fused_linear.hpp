@@ -154,8 +154,21 @@ struct EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC, Eleme
 
 }  // namespace detail
 
+/// A config's epilogue subtile: its `using EpilogueTile = ...` when it names one, else what the CUTLASS builder
+/// derives for EpilogueTileAuto.
+template <class Config, class ElementD, class = void>
+struct EpilogueTileOf {
+  using type = decltype(cutlass::epilogue::collective::detail::sm90_compute_tile_shape_or_override<
+                        ElementD, cutlass::epilogue::collective::EpilogueTileAuto, typename Config::EpilogueSchedule,
+                        typename Config::TileShape>());
+};
+template <class Config, class ElementD>
+struct EpilogueTileOf<Config, ElementD, std::void_t<typename Config::EpilogueTile>> {
+  using type = typename Config::EpilogueTile;
+};
+
 /// What an epilogue program may depend on: the config, the output element and the epilogue sub-tile (the shape
-/// each visit() covers; equal to what the CUTLASS builder derives for EpilogueTileAuto).
+/// each visit() covers: EpilogueTileOf).
 template <class Config_, class ElementD_>
 struct EpilogueTraits {
   using Config = Config_;
@@ -164,9 +177,7 @@ struct EpilogueTraits {
   using ElementCompute = float;
   using TileShape = typename Config::TileShape;
   using EpilogueSchedule = typename Config::EpilogueSchedule;
-  using EpilogueTile = decltype(cutlass::epilogue::collective::detail::sm90_compute_tile_shape_or_override<
-                                ElementD, cutlass::epilogue::collective::EpilogueTileAuto, EpilogueSchedule,
-                                TileShape>());
+  using EpilogueTile = typename EpilogueTileOf<Config_, ElementD_>::type;
   static constexpr cutlass::FloatRoundStyle kRound = cutlass::FloatRoundStyle::round_to_nearest;
 };
 

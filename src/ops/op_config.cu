@@ -20,6 +20,7 @@ namespace {
 constexpr char const* kCoop = "coop_128x256x64_c2x1";
 constexpr char const* kPingpong = "pp_128x128x64_c2x1";
 constexpr char const* kPingpong192 = "pp_128x192x64_c2x1";
+constexpr char const* kPingpong192E16 = "pp_128x192x64_c2x1_e16";
 constexpr int kMaxConfigs = 3;  // the most any op compiles for bf16
 struct FusedOp {
   char const* name;
@@ -31,7 +32,7 @@ constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", {kCoop, kPingpong}},
                                  {"coda_linear_rowscale_rope", {kCoop, kPingpong}},
                                  {"coda_linear_rowscale_lse", {kCoop, kPingpong}},
                                  {"coda_linear_residual_rmsnorm_bwd", {kCoop, kPingpong}},
-                                 {"coda_linear_swiglu_bwd_zdz", {kPingpong}}};
+                                 {"coda_linear_swiglu_bwd_zdz", {kPingpong, kPingpong192E16}}};
 
 constexpr int kFusedOpCount = static_cast<int>(sizeof(kFusedOps) / sizeof(kFusedOps[0]));
 

@@ -338,6 +338,16 @@ void check_b3(B3Data const& d, bool print, bool node_check) {
   if (node_check) check_b3_node(d, dzm, ym, zdzm);
 }
 
+/// check_b3 with each compiled config pinned (bf16: pingpong 128x128 and 128x192 with 64x16 subtiles; fp16:
+/// pingpong 128x128) and on the default path.
+void check_b3_configs(B3Data const& d, bool print, bool node_check) {
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_swiglu_bwd_zdz")) {
+    SCOPED_TRACE(coda::test::config_name(config));
+    coda::test::PinConfig const pin(config);
+    check_b3(d, print, node_check);
+  }
+}
+
 TEST(FusedBackward, LinearSwigluBwdZdz) {
   CODA_REQUIRE_SM90();
   std::vector<B3Case> const cases = {
@@ -345,7 +355,14 @@ TEST(FusedBackward, LinearSwigluBwdZdz) {
       {4097, 136, 264, false}, {1000, 2048, 2048, true},  // llama3-1B hidden size
   };
   uint64_t seed = 80;
-  for (B3Case const& c : cases) check_b3(make_b3(c, seed++), c.M >= 1000, c.M <= 1000);
+  for (B3Case const& c : cases) check_b3_configs(make_b3(c, seed++), c.M >= 1000, c.M <= 1000);
+}
+
+// d >= 4096 and M >= 4096: the default path takes pingpong 128x192 (64x16 subtiles); F = 200 leaves a partial
+// 192-column tile, M = 4100 a partial row tile.
+TEST(FusedBackward, LinearSwigluBwdZdzLongK) {
+  CODA_REQUIRE_SM90();
+  check_b3(make_b3({4100, 4096, 200, true}, 88), true, false);
 }
 
 // z reaches the kernel as 32-bit words through the TMA C load (ElementC = float as a container): a pair whose up
@@ -366,7 +383,7 @@ TEST(FusedBackward, LinearSwigluBwdZdzZeroUp) {
     }
     d.ref = linear_swiglu_bwd_zdz(d.dx, d.w, d.z);
     d.unf = linear_swiglu_bwd_zdz_unfused(d.dx, d.w, d.z, g_dt);
-    check_b3(d, false, true);
+    check_b3_configs(d, false, true);
   };
   run();
   coda::test::UseFp16 const fp16(g_dt);
@@ -382,8 +399,8 @@ TEST(FusedBackwardFp16, LinearSwigluBwdZdz) {
 
 TEST(FusedBackwardSanitize, LinearSwigluBwdZdzSmall) {
   CODA_REQUIRE_SM90();
-  check_b3(make_b3({264, 200, 136, true}, 95), false, false);
-  check_b3(make_b3({130, 64, 264, false}, 96), false, false);
+  check_b3_configs(make_b3({264, 200, 136, true}, 95), false, false);
+  check_b3_configs(make_b3({130, 64, 264, false}, 96), false, false);
 }
 
 TEST(FusedBackward, EmptyM) {

@@ -21,6 +21,7 @@ struct SwigluBwdArgs {
 
 namespace swiglu_bwd_kernels {
 gemm::KernelOps<SwigluBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
+gemm::KernelOps<SwigluBwdArgs> const& dgrad_bf16_pp_128x192x64_c2x1_e16();
 gemm::KernelOps<SwigluBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
 }  // namespace swiglu_bwd_kernels
 

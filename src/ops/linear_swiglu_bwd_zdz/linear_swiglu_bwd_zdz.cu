@@ -1,5 +1,5 @@
 // B3 dispatch (host only, no CUTLASS): the fused dgrad GEMM (y as D, dz and the zdz row partials from the node),
-// then the zdz finishing reduce. One compiled config per dtype (pingpong 128x128, as B2).
+// then the zdz finishing reduce.
 #include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
 
 #include "common/error.hpp"
@@ -14,11 +14,19 @@ void linear_swiglu_bwd_zdz(int64_t M, int64_t F, int64_t d, void const* dx, int6
                            int64_t ldw, void const* z, int64_t ldz, void* dz, int64_t lddz, void* y, int64_t ldy,
                            float* zdz, bool fp16, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   namespace kn = swiglu_bwd_kernels;
-  auto choice = choose_kernel("coda_linear_swiglu_bwd_zdz", fp16, kn::dgrad_bf16_pp_128x128x64_c2x1(),
-                              kn::dgrad_fp16_pp_128x128x64_c2x1());
-  // Raster along N, swizzle 8 (bench_backward --sweep, H200: 1.13 -> 1.08x cuBLAS at llama3-8B, 1.09 -> 1.04x at
-  // 70B; every setting within 1 % at 1B).
-  if (!choice.pinned) choice.knobs = raster_n(8);
+  // bf16: pingpong 128x128 (64x32 subtiles) or 128x192 with 64x16 subtiles (the node's live set beside 192
+  // accumulators); fp16: 128x128.
+  auto choice = choose_kernel<0>("coda_linear_swiglu_bwd_zdz", fp16,
+                                 {&kn::dgrad_bf16_pp_128x128x64_c2x1(), &kn::dgrad_bf16_pp_128x192x64_c2x1_e16()},
+                                 kn::dgrad_fp16_pp_128x128x64_c2x1());
+  if (!choice.pinned) {
+    // 128x192 from d = 4096 (sustained load, 8192 / 16384 tokens: llama3-8B 1.686 -> 1.637 ms, 70B 6.390 -> 6.054;
+    // at d = 2048 it lost, 0.542 -> 0.584; bench/results/vs_quack/b3_192/). Large M only: decode-sized M was not
+    // measured. Raster along N, swizzle 8 for both (bench_backward --sweep at 128x128, H200: 1.13 -> 1.08x cuBLAS at
+    // llama3-8B, 1.09 -> 1.04x at 70B; every setting within 1 % at 1B).
+    if (!fp16 && d >= 4096 && M >= 4096) choice.ops = &kn::dgrad_bf16_pp_128x192x64_c2x1_e16();
+    choice.knobs = raster_n(8);
+  }
   gemm::KernelOps<SwigluBwdArgs> const& k = *choice.ops;
 
   // Workspace: row partials [T, Mpad] fp32, T = ceil(F / CTA_N), Mpad = round_up(M, CTA_M).
