@@ -10,10 +10,10 @@
 // two xor-shuffles; lane 0 of the quad writes rows < M. Pingpong's two consumer warpgroups share the words; their
 // epilogues are serialized by the kernel's order barrier (end() runs inside the collective's store()).
 //
-// Requirements: the EpilogueTileAuto fragment of 16 elements per thread (element 4j + 2h + e at (r + 8h,
-// c + 8j + e), CUTLASS_EVT.md section 4), whose subtile is 64 * kThreads / 128 rows tall; kThreads the epilogue's
-// thread count (128 pingpong, 256 cooperative); not stream-K (its separate-reduction subtiles visit one subtile per
-// call).
+// Requirements: the wgmma fragment of a 64x32 (EpilogueTileAuto) or 64x16 subtile per 128 threads, 16 or 8 elements
+// per thread (element 4j + 2h + e at (r + 8h, c + 8j + e), CUTLASS_EVT.md section 4), whose subtile is
+// 64 * kThreads / 128 rows tall; kThreads the epilogue's thread count (128 pingpong, 256 cooperative); not stream-K
+// (its separate-reduction subtiles visit one subtile per call).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -35,7 +35,7 @@ CUTLASS_DEVICE cute::tuple<int, int> fragment_origin(CoordTensor const& tC_cD, i
 
 template <int kTileM, int kThreads>
 struct SmemRowSums {
-  /// Subtiles along M of a kTileM-row tile: the sm90 epilogue tile is 64 rows per 128 threads (EpilogueTileAuto).
+  /// Subtiles along M of a kTileM-row tile: the sm90 epilogue tile is 64 rows per 128 threads.
   static constexpr int kEpiMMax = kTileM * 128 / (64 * kThreads) > 0 ? kTileM * 128 / (64 * kThreads) : 1;
 
   struct SharedStorage {
@@ -59,7 +59,7 @@ template <int kTileM, int kTileN, int kThreads, class Params, class CoordTensor>
 struct RowSumsCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
   using RowSums = SmemRowSums<kTileM, kThreads>;
   static constexpr int kEpiM = decltype(cute::size<3>(cute::declval<CoordTensor>()))::value;
-  static_assert(kEpiM <= RowSums::kEpiMMax, "SmemRowSums: sized for the EpilogueTileAuto subtiles along M");
+  static_assert(kEpiM <= RowSums::kEpiMMax, "SmemRowSums: sized for subtiles of 64 rows per 128 threads");
 
   CUTLASS_DEVICE RowSumsCallbacks(CoordTensor&& coords, Params const* params, uint32_t words)
       : tC_cD(cute::forward<CoordTensor>(coords)), params(params), words(words) {}

@@ -25,7 +25,8 @@
 // partials[t, m] at m + Mpad * t, Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics:
 // deterministic. Rows >= M and columns >= F are neither loaded nor written.
 //
-// Registers: the 128 accumulators stay live through the epilogue (docs/FUSED_OPS.md "B3" has what spilled and why).
+// Registers: the 128 (128x128 tile) or 192 (128x192) accumulators stay live through the epilogue (docs/FUSED_OPS.md
+// "B3" has what spilled and why).
 //
 // In place: dz may be z itself (same pointer and row stride): each z word is loaded (TMA, into this tile's C stage)
 // before the consumer that owns it passes the stage's full barrier, and only then overwritten by that consumer;
@@ -107,7 +108,7 @@ struct Sm90SwigluBwdPair
   struct ConsumerStoreCallbacks : RowSumsCallbacks<kTileM, kTileN, kThreads, Params, CoordTensor> {
     using Base = RowSumsCallbacks<kTileM, kTileN, kThreads, Params, CoordTensor>;
     using Base::Base;
-    // Register budget: the pingpong consumer keeps its 128 accumulators live through the epilogue, so the
+    // Register budget: the pingpong consumer keeps its 128 or 192 accumulators live through the epilogue, so the
     // callbacks hold only the coordinates, the Params pointer and one smem address (the base's); M, F and the
     // partials' offset come from Params (constant bank) or are recomputed at the end, row sums live in smem.
     using Base::params;

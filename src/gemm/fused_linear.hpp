@@ -190,8 +190,8 @@ template <class Traits, class ElementC, int kStagesD>
 struct DeepStorePolicyOf {
   static_assert(std::is_void_v<ElementC>, "DeepStorePolicy: programs without a C source only");
   using Builder = typename cutlass::epilogue::collective::detail::EpilogueDescriptor<
-      typename Traits::TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC,
-      typename Traits::ElementD, typename Traits::EpilogueSchedule>;
+      typename Traits::TileShape, typename Traits::EpilogueTile, ElementC, typename Traits::ElementD,
+      typename Traits::EpilogueSchedule>;
   static constexpr int kEpiTiles =
       cute::size(cute::shape_div(cute::take<0, 2>(typename Traits::TileShape{}), typename Traits::EpilogueTile{}));
   using type = cutlass::epilogue::Sm90TmaWarpSpecialized<

@@ -68,14 +68,6 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
   return choose_kernel<1>(op, fp16, {&bf16_coop, &bf16_pp}, fp16_pp);
 }
 
-/// The same for an op with one compiled config per dtype (bf16 and fp16 pingpong 128x128): CODA_OP_CONFIG may
-/// still pin its scheduler knobs.
-template <class Args>
-KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_pp,
-                                 gemm::KernelOps<Args> const& fp16_pp) {
-  return choose_kernel<0>(op, fp16, {&bf16_pp}, fp16_pp);
-}
-
 /// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused
 /// kernels on the LLaMA shapes (bench/results/fused_h200_*: the default heuristic raster lost up to 25 %).
 gemm::Knobs raster_n(int swizzle);

@@ -145,8 +145,7 @@ struct ResidualRmsnormBwdEpilogueT {
     // also the faster one at the LM-head dgrad (K = V), where stage 0 used to win by keeping a mainloop stage.
     // Own C/x rings without the D smem reuse (4 subtiles ahead) measured the same (bench_backward --sweep).
     using BuilderDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<
-        TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC, ElementD,
-        typename Traits::EpilogueSchedule>;
+        TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
     // The cooperative 128x256 kernel (long K: the gate/up and LM-head dgrads) keeps 3 C/x stages instead of the
     // builder's 4: with four 128x32 rings (dx_in as C, shared with dx; x; a) the builder's epilogue left the
     // mainloop 2 stages (stop 19's trial, 4-8 % slower in the block); this keeps it 3. Pingpong: the builder's.
