@@ -12,6 +12,7 @@
 // per-(row, N-tile) fp32 partials (src/epilogue/row_partials.hpp: no atomics, no workspace, deterministic).
 #pragma once
 
+#include "epilogue/broadcast.hpp"
 #include "epilogue/row_partials.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_residual_rmsnorm/kernels.hpp"
@@ -41,8 +42,7 @@ struct ResidualRmsnormEpilogue {
         TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
     using HStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
                                                                               ElementD>;
-    using Gamma = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float,
-                                                              cute::Stride<cute::_0, cute::_1, int64_t>>;
+    using Gamma = epilogue::RowVector<TileShape, ElementD>;
     using H = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90AuxStore<HStore::Stages, typename HStore::EpilogueTile, ElementD, kRound,
                                                 typename HStore::Stride, typename HStore::SmemLayoutAtom,

@@ -18,6 +18,7 @@
 // the RowReduction was the cause (0 bytes without it, 1216 with it in this tree), hence Sm90ColumnPartials.
 #pragma once
 
+#include "epilogue/broadcast.hpp"
 #include "epilogue/column_partials.hpp"
 #include "epilogue/tap.hpp"
 #include "gemm/fused_linear.hpp"
@@ -134,8 +135,6 @@ struct ResidualRmsnormBwdEpilogueT {
     static constexpr auto kRound = Traits::kRound;
     template <template <class> class Fn>
     using Op = cutlass::epilogue::fusion::Sm90Compute<Fn, float, float, kRound>;
-    using RowVec = cute::Stride<cute::_0, cute::_1, int64_t>;
-    using ColVec = cute::Stride<cute::_1, cute::_0, int64_t>;
     using MatStride = cute::Stride<int64_t, cute::_1, int64_t>;
 
     using Acc = cutlass::epilogue::fusion::Sm90AccFetch;
@@ -169,8 +168,8 @@ struct ResidualRmsnormBwdEpilogueT {
     using X = cutlass::epilogue::fusion::Sm90AuxLoad<XDesc::Stages, typename EpiDesc::EpilogueTile, ElementD,
                                                      MatStride, typename XDesc::SmemLayoutAtom,
                                                      typename XDesc::CopyOpS2R>;
-    using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
-    using Gamma = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, RowVec>;
+    using Rstd = epilogue::ColumnVector<TileShape>;
+    using Gamma = epilogue::RowVector<TileShape, ElementD>;
     // a leaves like D: R2S in postreduce, then a TMA store.
     using ADesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpiDesc, cutlass::layout::RowMajor,
                                                                            ElementD>;
@@ -181,12 +180,12 @@ struct ResidualRmsnormBwdEpilogueT {
         TileShape, cutlass::epilogue::collective::detail::sm90_is_cooperative_v<typename Traits::EpilogueSchedule>
                        ? 8
                        : 4>;
-    using Zdz = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
+    using Zdz = epilogue::ColumnVector<TileShape>;
     using DxIn = cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>;
 
     template <class Node, class... Children>
     using EVT = cutlass::epilogue::fusion::Sm90EVT<Node, Children...>;
-    using V = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColVec>;
+    using V = epilogue::ColumnVector<TileShape>;
     using C = EVT<Op<cutlass::multiplies>, X, Rstd>;
     using CA = std::conditional_t<kRowScale, EVT<epilogue::Sm90Tap<AStore, b2::TimesGammaV>, C, Gamma, V>,
                                   EVT<epilogue::Sm90Tap<AStore, b2::TimesGamma>, C, Gamma>>;

@@ -5,6 +5,7 @@
 // Sm90ColBroadcast loads the CTA tile's rows of rstd into registers once per tile (begin()), no smem.
 #pragma once
 
+#include "epilogue/broadcast.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_rowscale/kernels.hpp"
 
@@ -23,8 +24,7 @@ struct RowscaleEpilogue {
     using ElementC = void;
     static constexpr auto kRound = Traits::kRound;
 
-    using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, typename Traits::TileShape, float, float,
-                                                             cute::Stride<cute::_1, cute::_0, int64_t>>;
+    using Rstd = epilogue::ColumnVector<typename Traits::TileShape>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, Rstd,
         cutlass::epilogue::fusion::Sm90AccFetch>;

@@ -11,6 +11,7 @@
 // rounding separate them from the float64 reference; the stored logits are rounded once.
 #pragma once
 
+#include "epilogue/broadcast.hpp"
 #include "epilogue/online_lse.hpp"
 #include "epilogue/softcap.hpp"
 #include "gemm/fused_linear.hpp"
@@ -25,8 +26,7 @@ namespace coda::ops {
 namespace lse_detail {
 
 template <class Traits>
-using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, typename Traits::TileShape, float, float,
-                                                         cute::Stride<cute::_1, cute::_0, int64_t>>;
+using Rstd = epilogue::ColumnVector<typename Traits::TileShape>;
 template <class Traits>
 using Logits = cutlass::epilogue::fusion::Sm90EVT<
     cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, Traits::kRound>, Rstd<Traits>,

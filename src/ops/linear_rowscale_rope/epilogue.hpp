@@ -8,6 +8,7 @@
 // broadcasts (CUTLASS_EVT.md section 5(e)).
 #pragma once
 
+#include "epilogue/broadcast.hpp"
 #include "epilogue/rope_pair.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_rowscale_rope/kernels.hpp"
@@ -26,12 +27,10 @@ struct RopeEpilogue {
     using ElementC = void;
     static constexpr auto kRound = Traits::kRound;
     using TileShape = typename Traits::TileShape;
-    using ColStride = cute::Stride<cute::_1, cute::_0, int64_t>;
-    using RowStride = cute::Stride<cute::_0, cute::_1, int64_t>;
 
-    using Rstd = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, ColStride>;
-    using Pos = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, int32_t, float, ColStride>;
-    using InvFreq = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float, RowStride>;
+    using Rstd = epilogue::ColumnVector<TileShape>;
+    using Pos = epilogue::ColumnVector<TileShape, int32_t>;
+    using InvFreq = epilogue::RowVector<TileShape>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<epilogue::RopeRowscale, ElementD, float, kRound>,
         cutlass::epilogue::fusion::Sm90AccFetch, Rstd, Pos, InvFreq>;
