@@ -1,5 +1,5 @@
 // The per-row and per-column vector operands of the fused epilogues, as CUTLASS's stock broadcast nodes with
-// CODA's one layout (a contiguous fp32 or 16-bit vector, no batch stride); CUTLASS-heavy, include only from
+// CODA's one layout (an fp32, int32 or 16-bit vector of unit stride); CUTLASS-heavy, include only from
 // epilogue programs. One alias per kind so that every op reads its rstd, zdz, positions, gamma or inv_freq the same
 // way (ARCHITECTURE.md, the "vector load" primitive kind).
 #pragma once
