@@ -8,12 +8,12 @@
 // 128x192 tile that spilled (12 bytes; without the reduction, none). Here the running sums live in thread-private
 // shared-memory words (smem_row_sums.hpp, shared with B3's node).
 //
-// Requirements: those of SmemRowSums (the EpilogueTileAuto fragment, kThreads the epilogue's thread count, not
-// stream-K); batch L = 1; f(0) = 0 and an input of 0 at columns >= N, which the node sums unmasked. F1's x there is
-// 0 + 0: TMA zero-fills the weight rows and the residual columns past N. (Per-element column masks, even behind a
-// per-subtile branch, made pingpong 128x192 spill 68 bytes; without them, none. So where a row of A holds an
-// infinity, its padding columns give Inf * 0 = NaN and the row's rstd is NaN, where Sm90ColReduction's masks gave
-// 0; either way that row's outputs are not finite.) Rows >= M are not written.
+// Requirements: those of SmemRowSums (a wgmma fragment of 64-row subtiles per 128 threads, kThreads the epilogue's
+// thread count, not stream-K); batch L = 1; f(0) = 0 and an input of 0 at columns >= N, which the node sums unmasked.
+// F1's x there is 0 + 0: TMA zero-fills the weight rows and the residual columns past N. (Per-element column masks,
+// even behind a per-subtile branch, made pingpong 128x192 spill 68 bytes; without them, none. So where a row of A holds
+// an infinity, its padding columns give Inf * 0 = NaN and the row's rstd is NaN, where Sm90ColReduction's masks gave 0;
+// either way that row's outputs are not finite.) Rows >= M are not written.
 // F1's GPU tests check the partials through rstd (every compiled config, awkward M and N).
 #pragma once
 

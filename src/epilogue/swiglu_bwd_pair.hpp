@@ -138,12 +138,15 @@ struct Sm90SwigluBwdPair
       // (column groups j = 0, 1 then 2, 3): a bounds check after every pair split the block and kept the scheduler
       // from overlapping one pair's latency chain with the next; all 16 at once spilled. 64x16 subtiles (the 128x192
       // tile, 192 accumulators): one pair per chunk, the smallest live set (ptxas: 12 bytes of spill stores against
-      // 24 with chunks of 4 and 8). The store addresses are recomputed from Params (kernel parameter space) per
-      // store rather than kept as 64-bit row pointers (60 -> 24 bytes at 128x192). Streaming stores (.cs:
+      // 24 with chunks of 4 and 8). There the store addresses are recomputed from Params (kernel parameter space)
+      // per store rather than kept as two 64-bit row pointers (60 -> 24 bytes); 64x32 subtiles keep the pointers
+      // (no register shortage at 128 accumulators, and two integer ops fewer per store). Streaming stores (.cs:
       // evict-first): dz is not read again by this kernel. F % 8 == 0, so columns n and n + 1 are both inside or
       // both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per chunk.
       bool const inside = r + 8 < params->M && c + 8 * (FragmentSize / 4 - 1) < params->N;
       constexpr int kChunk = FragmentSize == 16 ? 8 : 2;
+      ElementZ* const dz_r = params->ptr_dz + static_cast<int64_t>(r) * params->lddz + 2 * c;  // 64x32 only
+      int64_t const dz_r8 = 8 * params->lddz;                                                  // row r + 8
       CUTLASS_PRAGMA_UNROLL
       for (int chunk = 0; chunk < FragmentSize / kChunk; ++chunk) {
         uint32_t dz[kChunk];  // packed (dg, du) words of elements kChunk chunk .. kChunk chunk + kChunk - 1
@@ -173,8 +176,12 @@ struct Sm90SwigluBwdPair
           }
         }
         auto store = [&](int k) {
-          ElementZ* const p =
-              params->ptr_dz + static_cast<int64_t>(r + 8 * ((k >> 1) & 1)) * params->lddz + 2 * c + 16 * (k >> 2);
+          ElementZ* p;
+          if constexpr (FragmentSize == 16) {
+            p = dz_r + (((k >> 1) & 1) ? dz_r8 : 0) + 16 * (k >> 2);
+          } else {
+            p = params->ptr_dz + static_cast<int64_t>(r + 8 * ((k >> 1) & 1)) * params->lddz + 2 * c + 16 * (k >> 2);
+          }
           asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p),
                        "r"(dz[k - kChunk * chunk]), "r"(dz[k - kChunk * chunk + 1]));
         };

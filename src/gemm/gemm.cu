@@ -484,9 +484,9 @@ std::string tuning_mode() {
 }
 
 /// The default tuning re-times its finalists under sustained load when the fastest candidate took at least this
-/// long: from about a llama3-1B q-projection (8192 x 2048 x 2048: 69 GFLOP, ~0.12 ms at ~600 TFLOP/s; computed) up. Smaller problems are a small share
-/// of a step, and the finals' ~1.5-5 s per shape would dominate their first call (the GPU test suite's GEMM and
-/// block tests took 171 s with finals at every size against 40 s without).
+/// long: from about a llama3-1B q-projection (8192 x 2048 x 2048: 69 GFLOP, ~0.12 ms at ~600 TFLOP/s; computed)
+/// up. Smaller problems are a small share of a step, and the finals' ~1.5-5 s per shape would dominate their first
+/// call (the GPU test suite's GEMM and block tests took 171 s with finals at every size against 40 s without).
 constexpr float kDefaultFinalsFromMs = 0.1f;
 
 /// When tune() runs its sustained finals for `mode`.

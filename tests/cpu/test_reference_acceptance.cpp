@@ -136,8 +136,8 @@ std::vector<Output> all_outputs(coda_dtype dt, uint64_t seed, RopeAngles angles 
   const Vector inv_freq = rope_inv_freq(heads.head_dim);
   add("F4 qkv", linear_rowscale_rope(h, w_qkv, rstd, pos, inv_freq, heads),
       linear_rowscale_rope_unfused(h, w_qkv, rstd, pos, inv_freq, heads, dt, angles), dt);
-  const QkNorm qk_norm_args{round_to(random_gamma(heads.head_dim, rng), dt), round_to(random_gamma(heads.head_dim, rng), dt),
-                            1e-6};
+  const QkNorm qk_norm_args{round_to(random_gamma(heads.head_dim, rng), dt),
+                            round_to(random_gamma(heads.head_dim, rng), dt), 1e-6};
   add("F4 qk-norm qkv", linear_rowscale_qk_norm_rope(h, w_qkv, rstd, qk_norm_args, pos, inv_freq, heads),
       linear_rowscale_qk_norm_rope_unfused(h, w_qkv, rstd, qk_norm_args, pos, inv_freq, heads, dt, angles), dt);
   const Matrix w_v = weight(vocab, d, 0.1);

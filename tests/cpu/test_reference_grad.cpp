@@ -368,7 +368,9 @@ TEST(ReferenceGrad, QkNormRopeBwd) {
       const Vector inv_freq = rope_inv_freq(heads.head_dim, 1000000.0);
       const Matrix qkv = rope(qk_norm(z, norm, heads), pos, inv_freq, heads);
       const QkNormRopeBwd b = qk_norm_rope_bwd(z, qkv, dqkv, norm, pos, inv_freq, heads, hidden);
-      auto f = [&](const Matrix& zz, const QkNorm& nn) { return dot(dqkv, rope(qk_norm(zz, nn, heads), pos, inv_freq, heads)); };
+      auto f = [&](const Matrix& zz, const QkNorm& nn) {
+        return dot(dqkv, rope(qk_norm(zz, nn, heads), pos, inv_freq, heads));
+      };
       expect_grad(numeric_gradient([&](const Matrix& v) { return f(v, norm); }, z), b.dz, "dz");
       expect_grad(numeric_gradient([&](const Vector& v) { return f(z, QkNorm{v, norm.k_gamma, eps}); }, norm.q_gamma),
                   b.dq_gamma, "dq_gamma");
@@ -420,12 +422,10 @@ TEST(ReferenceGrad, QkvChainB1ThenB2) {
       const Matrix z = linear_rowscale(prep.h, w_qkv, prep.rstd);
       const Matrix qkv = linear_rowscale_qk_norm_rope(prep.h, w_qkv, prep.rstd, norm, pos, inv_freq, heads);
       const QkNormRopeBwd b1 = qk_norm_rope_bwd(z, qkv, g_out, norm, pos, inv_freq, heads, d);
-      expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{v, norm.k_gamma, 1e-3}); },
-                                   norm.q_gamma),
-                  b1.dq_gamma, "dq_gamma");
-      expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{norm.q_gamma, v, 1e-3}); },
-                                   norm.k_gamma),
-                  b1.dk_gamma, "dk_gamma");
+      auto with_q_gamma = [&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{v, norm.k_gamma, 1e-3}); };
+      auto with_k_gamma = [&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{norm.q_gamma, v, 1e-3}); };
+      expect_grad(numeric_gradient(with_q_gamma, norm.q_gamma), b1.dq_gamma, "dq_gamma");
+      expect_grad(numeric_gradient(with_k_gamma, norm.k_gamma), b1.dk_gamma, "dk_gamma");
       dz = b1.dz, zdz = b1.zdz;
     } else {
       const Matrix qkv = linear_rowscale_rope(prep.h, w_qkv, prep.rstd, pos, inv_freq, heads);
