@@ -170,15 +170,18 @@ int main(int argc, char** argv) {
     // cuBLAS scratch: activations of the GEMM-only pipeline.
     auto t_md = bf(Mr * d), t_mf2 = bf(Mr * 2 * F), t_mf = bf(Mr * F), t_mw = bf(Mr * W), t_mqo = bf(Mr * qo);
 
-    coda_block_config const cfg{d, F, static_cast<int32_t>(m.hq), static_cast<int32_t>(m.hkv),
-                                static_cast<int32_t>(m.hd), 1e-5f};
-    coda_block_weights const w{matrix(wo->ptr, CODA_BF16, d, qo, dev),      vec1d(g1->ptr, CODA_BF16, d, dev),
+    coda_block_config const cfg{sizeof(coda_block_config), d, F, static_cast<int32_t>(m.hq),
+                                static_cast<int32_t>(m.hkv), static_cast<int32_t>(m.hd), 1e-5f};
+    coda_block_weights const w{sizeof(coda_block_weights),
+                               matrix(wo->ptr, CODA_BF16, d, qo, dev),      vec1d(g1->ptr, CODA_BF16, d, dev),
                                matrix(wgu->ptr, CODA_BF16, 2 * F, d, dev),  matrix(wd->ptr, CODA_BF16, d, F, dev),
                                vec1d(g2->ptr, CODA_BF16, d, dev),          matrix(wqkv->ptr, CODA_BF16, W, d, dev)};
-    coda_block_saved saved{matrix(x1->ptr, CODA_BF16, M, d, dev),      vec1d(rstd1.ptr, CODA_FP32, M, dev),
+    coda_block_saved saved{sizeof(coda_block_saved),
+                           matrix(x1->ptr, CODA_BF16, M, d, dev),      vec1d(rstd1.ptr, CODA_FP32, M, dev),
                            matrix(z1->ptr, CODA_BF16, M, 2 * F, dev),  matrix(x2->ptr, CODA_BF16, M, d, dev),
                            vec1d(rstd2.ptr, CODA_FP32, M, dev),        matrix(qkv->ptr, CODA_BF16, M, W, dev)};
-    coda_block_grads grads{matrix(gwo.ptr, CODA_FP32, d, qo, dev),     vec1d(gg1.ptr, CODA_FP32, d, dev),
+    coda_block_grads grads{sizeof(coda_block_grads),
+                           matrix(gwo.ptr, CODA_FP32, d, qo, dev),     vec1d(gg1.ptr, CODA_FP32, d, dev),
                            matrix(gwgu.ptr, CODA_FP32, 2 * F, d, dev), matrix(gwd.ptr, CODA_FP32, d, F, dev),
                            vec1d(gg2.ptr, CODA_FP32, d, dev),          matrix(gwqkv.ptr, CODA_FP32, W, d, dev)};
     coda_tensor const ty0 = matrix(y0->ptr, CODA_BF16, M, qo, dev), tx0 = matrix(x0->ptr, CODA_BF16, M, d, dev);

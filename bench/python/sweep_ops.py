@@ -1,4 +1,4 @@
-"""Fused-op config and knob choice under sustained load (docs/FUSED_OPS.md, "Dispatch and config selection").
+"""Fused-op config and knob choice under sustained load (docs/FUSED_OPS.md, "Choosing and pinning a kernel").
 
     python bench/python/sweep_ops.py --ops f3,f5 --configs llama3-70b:8192,llama3-8b:16384 [--pins 'PIN;PIN']
 

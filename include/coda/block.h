@@ -20,6 +20,13 @@
  * rstd fp32; M (tokens) any value >= 0; weights in CODA's layout (gate/up interleaved: coda_interleave_gate_up;
  * q/k rows RoPE-paired per head: coda_pair_rope_rows). Every call validates all of its arguments first and
  * returns an error naming the argument and the rule before anything is written.
+ *
+ * Versioning: each struct below opens with `struct_size`, sizeof the struct as the caller's copy of this header
+ * declares it. A later CODA adds fields only at a struct's end (e.g. the weights of a new norm) and still accepts
+ * the sizes of earlier versions, giving the fields such a caller lacks their documented defaults; a size it does
+ * not know (0: not set; larger: a newer header than the library) is CODA_ERROR_INVALID_ARGUMENT naming the field.
+ * Set it with the CODA_BLOCK_*_INIT initialisers, e.g. `coda_block_weights w = CODA_BLOCK_WEIGHTS_INIT;` (the other
+ * fields zero), then fill the rest. This header is version 1: the sizes below.
  */
 #ifndef CODA_BLOCK_H_
 #define CODA_BLOCK_H_
@@ -32,6 +39,7 @@ extern "C" {
 
 /** Shapes and constants of a block. */
 typedef struct coda_block_config {
+  size_t struct_size;        /**< sizeof(coda_block_config): CODA_BLOCK_CONFIG_INIT */
   int64_t hidden_size;       /**< d (multiple of 8) */
   int64_t intermediate_size; /**< F (multiple of 8) */
   int32_t n_q_heads;         /**< hq */
@@ -42,6 +50,7 @@ typedef struct coda_block_config {
 
 /** The block's weights (nn.Linear [out, in] layout). */
 typedef struct coda_block_weights {
+  size_t struct_size; /**< sizeof(coda_block_weights): CODA_BLOCK_WEIGHTS_INIT */
   coda_tensor w_o;    /**< [d, hq hd] out-projection of layer i */
   coda_tensor gamma1; /**< [d] post-attention (MLP) norm of layer i */
   coda_tensor w_gu;   /**< [2F, d] gate/up of layer i, interleaved */
@@ -52,6 +61,7 @@ typedef struct coda_block_weights {
 
 /** Gradients of the weights: same shapes; w_* fp32 or the weights' dtype, gamma* fp32. Overwritten. */
 typedef struct coda_block_grads {
+  size_t struct_size; /**< sizeof(coda_block_grads): CODA_BLOCK_GRADS_INIT */
   coda_tensor w_o, gamma1, w_gu, w_down, gamma2, w_qkv;
 } coda_block_grads;
 
@@ -60,6 +70,7 @@ typedef struct coda_block_grads {
  * x2 and qkv are also the forward's outputs (residual stream and attention input of layer i+1).
  */
 typedef struct coda_block_saved {
+  size_t struct_size; /**< sizeof(coda_block_saved): CODA_BLOCK_SAVED_INIT */
   coda_tensor x1;    /**< [M, d] residual stream after layer i's attention; may be x0 itself (in place) */
   coda_tensor rstd1; /**< [M] fp32 */
   coda_tensor z1;    /**< [M, 2F] gate/up pre-activation (interleaved); the backward overwrites it (with dz1) */
@@ -68,12 +79,19 @@ typedef struct coda_block_saved {
   coda_tensor qkv;   /**< [M, (hq + 2 hkv) hd] rotated q/k/v of layer i+1 */
 } coda_block_saved;
 
+/** Initialisers: struct_size set, every other field zero. */
+#define CODA_BLOCK_CONFIG_INIT {sizeof(coda_block_config)}
+#define CODA_BLOCK_WEIGHTS_INIT {sizeof(coda_block_weights)}
+#define CODA_BLOCK_GRADS_INIT {sizeof(coda_block_grads)}
+#define CODA_BLOCK_SAVED_INIT {sizeof(coda_block_saved)}
+
 /**
  * Forward of one block (see above).
  * \param y0 [M, hq hd] attention output of layer i. \param x0 [M, d] residual stream entering the block.
  * \param positions [M] int32 token positions. \param inv_freq [hd/2] fp32 RoPE inverse frequencies.
  * \param saved the outputs (all written).
- * Workspace: coda_block_forward_workspace_size(config, M) bytes (h [M,d], y1 [M,F] and the ops' workspaces).
+ * Workspace: coda_block_forward_workspace_size(config, M) bytes (h [M,d], y1 [M,F] and the ops' workspaces; 0 for
+ * a NULL config, an unknown config->struct_size, M < 0 or non-positive sizes).
  */
 CODA_API coda_status coda_block_forward(const coda_block_config* config, const coda_block_weights* weights,
                                         const coda_tensor* y0, const coda_tensor* x0, const coda_tensor* positions,
@@ -90,7 +108,8 @@ CODA_API size_t coda_block_forward_workspace_size(const coda_block_config* confi
  * \param dy0_out [M, hq hd] gradient of y0 (for attention's backward). \param dx0_out [M, d] gradient of x0; may be
  *        dx2 itself (in place).
  * \param grads the weight gradients (all written, not accumulated).
- * Workspace: coda_block_backward_workspace_size(config, M) bytes (a [M,d], y1 [M,F], zdz x2 and the ops').
+ * Workspace: coda_block_backward_workspace_size(config, M) bytes (a [M,d], y1 [M,F], zdz x2 and the ops'; 0 as
+ * for the forward's).
  */
 CODA_API coda_status coda_block_backward(const coda_block_config* config, const coda_block_weights* weights,
                                          const coda_tensor* y0, const coda_tensor* positions,

@@ -13,6 +13,16 @@ using BlockWeights = coda_block_weights;
 using BlockGrads = coda_block_grads;
 using BlockSaved = coda_block_saved;
 
+/// A block struct (BlockConfig, BlockWeights, BlockGrads, BlockSaved) with struct_size set and every other field
+/// zero (block.h "Versioning"): C++'s form of the CODA_BLOCK_*_INIT initialisers, e.g.
+/// `auto w = coda::block_struct<coda::BlockWeights>(); w.w_o = ...;`.
+template <class T>
+inline T block_struct() {
+  T t{};
+  t.struct_size = sizeof(T);
+  return t;
+}
+
 inline size_t block_forward_workspace_size(BlockConfig const& config, int64_t M) {
   return coda_block_forward_workspace_size(&config, M);
 }

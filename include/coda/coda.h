@@ -51,6 +51,14 @@ CODA_API size_t coda_dtype_size(coda_dtype dtype);
     name ("coda_" optional, e.g. "linear_rowscale_swiglu"). NULL for a name that is not a fused op or another
     dtype. Static storage; never needs a GPU. */
 CODA_API const char* coda_fused_op_configs(const char* op, coda_dtype dtype);
+/** The kernel a fused op runs for a GEMM of M x N x K (tokens, output columns, reduction length) in `dtype`, as
+    "<config>[:<knobs>]", e.g. "pp_128x192x64_c2x1_e16:raster=n,swizzle=8" (the CODA_OP_CONFIG syntax): the op's
+    tile policy (src/ops/<op>/op.cmake), after any CODA_OP_CONFIG pin. `op` is a C ABI name as for
+    coda_fused_op_configs, or "<op>/<variant>" for an op's second kernel kind ("linear_rowscale_lse/nologits": no
+    stored logits, the LM head's loss path; "linear_residual_rmsnorm_bwd/rowscaled": the LM head's dgrad, bf16
+    only). NULL for an unknown name, another dtype, a negative extent or a bad CODA_OP_CONFIG, with the reason in
+    coda_last_error(). Valid until the thread's next call; never needs a GPU. */
+CODA_API const char* coda_fused_op_choice(const char* op, coda_dtype dtype, int64_t M, int64_t N, int64_t K);
 
 /**
  * Whether `device` (CUDA ordinal, or -1 for the current device) can run CODA kernels.

@@ -63,10 +63,19 @@ class CeOptions(ctypes.Structure):
     ]
 
 
-class BlockConfig(ctypes.Structure):
+class _Versioned(ctypes.Structure):
+    """A block struct: struct_size (block.h "Versioning") is set to the struct's size on construction."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.struct_size = ctypes.sizeof(self)
+
+
+class BlockConfig(_Versioned):
     """coda_block_config."""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("hidden_size", ctypes.c_int64),
         ("intermediate_size", ctypes.c_int64),
         ("n_q_heads", ctypes.c_int32),
@@ -80,24 +89,25 @@ class BlockConfig(ctypes.Structure):
 # structure field by field (2.0 vs 3.9 us per tensor on the development VM). That is host time of every op call; a
 # block call describes 16 tensors. The layout is checked against the ctypes declaration at import.
 _TENSOR = struct.Struct("=Qii4q4qi4x")
+_SIZE = struct.Struct("=Q")  # a block struct's leading struct_size (size_t: 64-bit on the platforms CODA runs on)
 _PAD = tuple((0,) * (MAX_RANK - n) for n in range(MAX_RANK + 1))
 assert _TENSOR.size == ctypes.sizeof(Tensor) and [getattr(Tensor, f).offset for f, _ in Tensor._fields_] == [
     0, 8, 12, 16, 48, 80], "coda_tensor's ctypes layout changed: update _TENSOR"
 
 
 def _six(*names):
-    return [(n, Tensor) for n in names]
+    return [("struct_size", ctypes.c_size_t)] + [(n, Tensor) for n in names]
 
 
-class BlockWeights(ctypes.Structure):
+class BlockWeights(_Versioned):
     _fields_ = _six("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv")
 
 
-class BlockGrads(ctypes.Structure):
+class BlockGrads(_Versioned):
     _fields_ = _six("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv")
 
 
-class BlockSaved(ctypes.Structure):
+class BlockSaved(_Versioned):
     _fields_ = _six("x1", "rstd1", "z1", "x2", "rstd2", "qkv")
 
 
@@ -194,6 +204,8 @@ def _declare(lib):
     lib.coda_version.argtypes = []
     lib.coda_fused_op_configs.restype = ctypes.c_char_p
     lib.coda_fused_op_configs.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.coda_fused_op_choice.restype = ctypes.c_char_p
+    lib.coda_fused_op_choice.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
     lib.coda_device_supported.restype = ctypes.c_int
     lib.coda_device_supported.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
                                           ctypes.POINTER(ctypes.c_int)]
@@ -257,11 +269,11 @@ def desc(t: torch.Tensor | None):
 
 
 def tensors(cls, *ts: torch.Tensor):
-    """One of the block structs (BlockWeights, BlockGrads, BlockSaved: coda_tensor fields only), filled from ts in
-    field order."""
-    if len(ts) != len(cls._fields_):
-        raise TypeError(f"coda: {cls.__name__} takes {len(cls._fields_)} tensors, got {len(ts)}")
-    return cls.from_buffer_copy(b"".join(_packed(t) for t in ts))
+    """One of the block structs (BlockWeights, BlockGrads, BlockSaved: struct_size, then coda_tensor fields), filled
+    from ts in field order."""
+    if len(ts) != len(cls._fields_) - 1:
+        raise TypeError(f"coda: {cls.__name__} takes {len(cls._fields_) - 1} tensors, got {len(ts)}")
+    return cls.from_buffer_copy(_SIZE.pack(ctypes.sizeof(cls)) + b"".join(_packed(t) for t in ts))
 
 
 def ce_options(ignore_index: int, reduction: str, label_smoothing: float, z_loss: float, softcap: float):

@@ -58,6 +58,17 @@ CODA_API const char* coda_fused_op_configs(const char* op, coda_dtype dtype) {
   return coda::ops::fused_op_configs(op, dtype == CODA_FP16);
 }
 
+CODA_API const char* coda_fused_op_choice(const char* op, coda_dtype dtype, int64_t M, int64_t N, int64_t K) {
+  thread_local std::string choice;
+  coda_status const status = coda::api::guarded("coda_fused_op_choice", [&] {
+    if (dtype != CODA_BF16 && dtype != CODA_FP16) {
+      coda::detail::fail(CODA_ERROR_DTYPE, "dtype: must be CODA_BF16 or CODA_FP16, got ", static_cast<int>(dtype));
+    }
+    choice = coda::ops::fused_op_choice(op, dtype == CODA_FP16, M, N, K);
+  });
+  return status == CODA_SUCCESS ? choice.c_str() : nullptr;
+}
+
 CODA_API coda_ce_options coda_ce_options_default(void) {
   coda_ce_options o{};
   o.ignore_index = -100;

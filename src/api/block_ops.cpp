@@ -30,8 +30,21 @@ struct Dims {
   int64_t M, d, F, qo, W;  // tokens, hidden, intermediate, hq hd (attention output), (hq + 2 hkv) hd (q/k/v)
 };
 
+/// A block struct's struct_size (block.h "Versioning"): version 1's size, the only one so far. A later version that
+/// appends fields accepts the earlier sizes here too and gives the fields beyond a caller's size their defaults.
+template <class T>
+void check_struct_size(T const& t, char const* name, char const* type, char const* init) {
+  if (t.struct_size != sizeof(T)) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, name, ".struct_size: must be sizeof(", type, ") = ", sizeof(T), " (", init,
+         "), got ", t.struct_size, t.struct_size == 0 ? " (not set)" : " (a header this library does not know)");
+  }
+}
+
+bool known_size(coda_block_config const* c) { return c != nullptr && c->struct_size == sizeof(coda_block_config); }
+
 void check_config(coda_block_config const* c) {
   if (c == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "config: must not be NULL");
+  check_struct_size(*c, "config", "coda_block_config", "CODA_BLOCK_CONFIG_INIT");
   if (c->hidden_size <= 0 || c->hidden_size % 8 != 0) {
     fail(CODA_ERROR_SHAPE, "config.hidden_size: must be a positive multiple of 8, got ", c->hidden_size);
   }
@@ -66,6 +79,7 @@ void check_weight(Arg w, Arg like, int64_t rows, int64_t cols, char const* rows_
 
 void check_weights(coda_block_weights const* w, Arg like, Dims const& s) {
   if (w == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "weights: must not be NULL");
+  check_struct_size(*w, "weights", "coda_block_weights", "CODA_BLOCK_WEIGHTS_INIT");
   check_weight({&w->w_o, "weights.w_o"}, like, s.d, s.qo, "hidden_size", "n_q_heads * head_dim");
   api::check_vector({&w->gamma1, "weights.gamma1"}, s.d, {like.dtype()}, "hidden_size", "config");
   check_weight({&w->w_gu, "weights.w_gu"}, like, 2 * s.F, s.d, "2 * intermediate_size", "hidden_size");
@@ -88,6 +102,7 @@ void check_grad(Arg g, Arg w) {
 /// The saved tensors: shapes and dtypes (the block's dtype is y0's).
 void check_saved(coda_block_saved const* saved, Arg like, Dims const& s) {
   if (saved == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "saved: must not be NULL");
+  check_struct_size(*saved, "saved", "coda_block_saved", "CODA_BLOCK_SAVED_INIT");
   api::check_activation({&saved->x1, "saved.x1"}, like, s.M, s.d, "M", "hidden_size");
   api::check_vector({&saved->rstd1, "saved.rstd1"}, s.M, {CODA_FP32}, "M", "y0.sizes[0]");
   api::check_activation({&saved->z1, "saved.z1"}, like, s.M, 2 * s.F, "M", "2 * intermediate_size");
@@ -153,12 +168,12 @@ BackwardPlan plan_backward(Dims const& s, void* workspace) {
 extern "C" {
 
 CODA_API size_t coda_block_forward_workspace_size(const coda_block_config* config, int64_t M) {
-  if (config == nullptr || M < 0 || config->hidden_size <= 0 || config->intermediate_size <= 0) return 0;
+  if (!known_size(config) || M < 0 || config->hidden_size <= 0 || config->intermediate_size <= 0) return 0;
   return plan_forward(dims_of(*config, M), nullptr).total;
 }
 
 CODA_API size_t coda_block_backward_workspace_size(const coda_block_config* config, int64_t M) {
-  if (config == nullptr || M < 0 || config->hidden_size <= 0 || config->intermediate_size <= 0) return 0;
+  if (!known_size(config) || M < 0 || config->hidden_size <= 0 || config->intermediate_size <= 0) return 0;
   return plan_backward(dims_of(*config, M), nullptr).total;
 }
 
@@ -237,6 +252,7 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     api::check_activation(DY0, Y0, s.M, s.qo, "M", "n_q_heads * head_dim");
     api::check_activation(DX0, Y0, s.M, s.d, "M", "hidden_size");
     if (grads == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "grads: must not be NULL");
+    check_struct_size(*grads, "grads", "coda_block_grads", "CODA_BLOCK_GRADS_INIT");
     coda_block_weights const& w = *weights;
     Arg const WO{&w.w_o, "weights.w_o"}, G1{&w.gamma1, "weights.gamma1"}, WGU{&w.w_gu, "weights.w_gu"};
     Arg const WD{&w.w_down, "weights.w_down"}, G2{&w.gamma2, "weights.gamma2"}, WQ{&w.w_qkv, "weights.w_qkv"};

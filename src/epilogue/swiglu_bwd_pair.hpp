@@ -25,7 +25,7 @@
 // partials[t, m] at m + Mpad * t, Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics:
 // deterministic. Rows >= M and columns >= F are neither loaded nor written.
 //
-// Registers: the 128 (128x128 tile) or 192 (128x192) accumulators stay live through the epilogue (docs/FUSED_OPS.md
+// Registers: the 128 (128x128 tile) or 192 (128x192) accumulators stay live through the epilogue (docs/OPS.md
 // "B3" has what spilled and why).
 //
 // In place: dz may be z itself (same pointer and row stride): each z word is loaded (TMA, into this tile's C stage)

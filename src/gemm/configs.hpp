@@ -1,5 +1,5 @@
-// The named mainloop configs of CODA's fixed GEMM (CUTLASS types: include only from src/gemm/instances/*.cu and
-// other kernel translation units). A config fixes the CTA tile, the cluster, the warp-specialized schedule and the
+// The named mainloop configs of CODA's fixed GEMM (CUTLASS types: include only from the generated kernel instances
+// and other kernel translation units). A config fixes the CTA tile, the cluster, the warp-specialized schedule and the
 // tile scheduler; everything else (operand types and layouts, the epilogue program) is a FusedLinear parameter.
 // docs/GEMM.md gives the reasons for this set.
 #pragma once

@@ -1,6 +1,6 @@
 // FusedLinear<Config, Epilogue, ElementAB, ElementD, LayoutA, LayoutB>: one CUTLASS sm90 warp-specialized GEMM
 // kernel built from a mainloop config (configs.hpp) and an epilogue program. CUTLASS-heavy: include only from the
-// one-kernel-per-file translation units (src/gemm/instances/*.cu, later src/ops/<op>/*.cu).
+// one-kernel-per-file translation units (generated from src/gemm/plain.cmake and src/ops/<op>/op.cmake).
 //
 // An epilogue program is a struct with
 //   using Args = <CUTLASS-free run-time arguments>;           // what the launcher receives

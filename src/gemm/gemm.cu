@@ -1,11 +1,11 @@
 // The plain GEMM's dispatcher: kernel registry, candidate names, autotuning and the run() entry point.
-// Host-only translation unit: no CUTLASS headers and no kernels (those are in src/gemm/instances/*.cu).
+// Host-only translation unit: no CUTLASS headers and no kernels (those are generated from src/gemm/plain.cmake).
 #include "gemm/gemm.hpp"
 #include "gemm/knobs.hpp"
 
 #include "common/error.hpp"
 #include "gemm/cublas_backend.hpp"
-#include "gemm/plain_kernels.hpp"
+#include "gemm/plain_instances.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/device.hpp"
 
@@ -69,26 +69,10 @@ struct Entry {
   plain::Ops const& (*ops)();
 };
 
-// Order matters: within a layout, the first entry is the untuned default and stage 1 of tuning lists them in order.
+// Order matters: within a layout, the first entry is the untuned default and stage 1 of tuning lists them in order
+// (src/gemm/plain.cmake, the one list of the compiled kernels).
 constexpr Entry kEntries[] = {
-    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_coop_128x256x64_c2x1},
-    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_coop_128x256x64_c1x1},
-    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_pp_128x128x64_c2x1},
-    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_pp_64x256x64_c2x1},
-    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_coop_256x128x64_c1x2},
-    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_sk_128x256x64_c2x1},
-    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_pp_128x192x64_c2x1},
-    {Layout::kFwd, CODA_BF16, &plain::fwd_bf16_bf16_pp_128x192x64_c2x1_d6},
-    {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_sk_128x256x64_c2x1},
-    {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_pp_128x128x64_c2x1},
-    {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_coop_128x256x64_c2x1},
-    {Layout::kDgrad, CODA_BF16, &plain::dgrad_bf16_bf16_coop_256x128x64_c1x2},
-    {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_sk_128x256x64_c2x1},
-    {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_pp_128x128x64_c2x1},
-    {Layout::kWgrad, CODA_BF16, &plain::wgrad_bf16_bf16_coop_128x256x64_c2x1},
-    {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_sk_128x256x64_c2x1},
-    {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_pp_128x128x64_c2x1},
-    {Layout::kWgrad, CODA_FP32, &plain::wgrad_bf16_fp32_pp_128x128x64_c2x1_radd},
+#include "gemm/plain_entries.inc"
 };
 
 std::vector<plain::Ops const*> kernels_for(GemmArgs const& a) {

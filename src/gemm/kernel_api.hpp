@@ -1,9 +1,9 @@
 // The CUTLASS-free interface of one compiled GEMM kernel: what a dispatcher, the autotuner and the tests see.
 //
-// Each kernel instantiation lives in its own src/gemm/instances/*.cu (CUTLASS headers only there) and is reached
-// through a `KernelOps<EpilogueArgs>` table of plain function pointers returned by a getter declared in a
-// CUTLASS-free header (plain_kernels.hpp for the plain GEMM; later fused ops declare their own getters with their
-// own EpilogueArgs). This keeps host code that dispatches, tunes or tests cheap to compile.
+// Each kernel instantiation lives in its own generated .cu (CUTLASS headers only there; src/ops/registry.cmake) and
+// is reached through a `KernelOps<EpilogueArgs>` table of plain function pointers returned by a getter declared in
+// a generated CUTLASS-free header (gemm/plain_instances.hpp for the plain GEMM, ops/<op>/instances.hpp for a fused
+// op, each with its own EpilogueArgs). This keeps host code that dispatches, tunes or tests cheap to compile.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,4 +1,6 @@
-// The compiled kernels of the plain GEMM (CUTLASS-free declarations; one definition per src/gemm/instances/*.cu).
+// The plain GEMM's epilogue arguments and kernel naming (CUTLASS-free). Its compiled kernels are listed in
+// src/gemm/plain.cmake; the build generates one definition per kernel and their declarations
+// (generated/gemm/plain_instances.hpp).
 //
 // Naming: <layout>_<in>_<out>_<config>.
 //   layout fwd:   A K-major (row-major [M,K]),  B K-major (nn.Linear weight [N,K])     y = x W^T
@@ -23,29 +25,6 @@ struct LinearCombinationArgs {
 namespace plain {
 
 using Ops = KernelOps<LinearCombinationArgs>;
-
-// fwd, bf16 -> bf16: the full config set.
-Ops const& fwd_bf16_bf16_coop_128x256x64_c2x1();
-Ops const& fwd_bf16_bf16_coop_128x256x64_c1x1();
-Ops const& fwd_bf16_bf16_pp_128x128x64_c2x1();
-Ops const& fwd_bf16_bf16_pp_64x256x64_c2x1();
-Ops const& fwd_bf16_bf16_pp_128x192x64_c2x1();
-Ops const& fwd_bf16_bf16_pp_128x192x64_c2x1_d6();  // overwrite only (beta = 0)
-Ops const& fwd_bf16_bf16_coop_256x128x64_c1x2();
-Ops const& fwd_bf16_bf16_sk_128x256x64_c2x1();
-// dgrad, bf16 -> bf16.
-Ops const& dgrad_bf16_bf16_sk_128x256x64_c2x1();
-Ops const& dgrad_bf16_bf16_pp_128x128x64_c2x1();
-Ops const& dgrad_bf16_bf16_coop_128x256x64_c2x1();
-Ops const& dgrad_bf16_bf16_coop_256x128x64_c1x2();
-// wgrad, bf16 -> bf16 and bf16 -> fp32 (fp32 master-gradient accumulation).
-Ops const& wgrad_bf16_bf16_sk_128x256x64_c2x1();
-Ops const& wgrad_bf16_bf16_pp_128x128x64_c2x1();
-Ops const& wgrad_bf16_bf16_coop_128x256x64_c2x1();
-Ops const& wgrad_bf16_fp32_sk_128x256x64_c2x1();
-Ops const& wgrad_bf16_fp32_pp_128x128x64_c2x1();
-// wgrad, bf16 -> fp32, adding into D only (beta = 1): TMA reduce-add, no C loads (ReduceAddEpilogue).
-Ops const& wgrad_bf16_fp32_pp_128x128x64_c2x1_radd();
 
 }  // namespace plain
 }  // namespace coda::gemm

@@ -3,6 +3,8 @@
 
 #include "common/error.hpp"
 #include "gemm/knobs.hpp"
+#include "ops/fused_ops_policy.hpp"
+#include "ops/fused_ops_table.hpp"
 #include "runtime/autotune.hpp"
 
 #include <algorithm>
@@ -13,27 +15,12 @@ namespace coda::ops {
 
 namespace {
 
-// The fused ops (their C ABI names, choose_kernel's `op`) and the mainloop configs each compiles for bf16, in the
-// order of their getters in choose_kernel (fp16: pp_128x128x64_c2x1 only). The one list of what is compiled: the
-// per-op form of CODA_OP_CONFIG is checked against it, and coda_fused_op_configs() hands it to the GPU tests (which
-// pin every config of every op) and the benchmarks, so a config compiled but missing here fails the tests.
-constexpr char const* kCoop = "coop_128x256x64_c2x1";
-constexpr char const* kPingpong = "pp_128x128x64_c2x1";
-constexpr char const* kPingpong192 = "pp_128x192x64_c2x1";
-constexpr char const* kPingpong192E16 = "pp_128x192x64_c2x1_e16";
-constexpr int kMaxConfigs = 3;  // the most any op compiles for bf16
-struct FusedOp {
-  char const* name;
-  char const* bf16[kMaxConfigs];  ///< nullptr-padded
-};
-constexpr FusedOp kFusedOps[] = {{"coda_linear_rowscale", {kCoop, kPingpong}},
-                                 {"coda_linear_residual_rmsnorm", {kCoop, kPingpong}},
-                                 {"coda_linear_rowscale_swiglu", {kCoop, kPingpong, kPingpong192}},
-                                 {"coda_linear_rowscale_rope", {kCoop, kPingpong}},
-                                 {"coda_linear_rowscale_lse", {kCoop, kPingpong}},
-                                 {"coda_linear_residual_rmsnorm_bwd", {kCoop, kPingpong}},
-                                 {"coda_linear_swiglu_bwd_zdz", {kPingpong, kPingpong192E16}}};
-
+// The fused ops CODA_OP_CONFIG can pin and the configs each compiles for bf16: generated from src/ops/*/op.cmake
+// (src/ops/registry.cmake), the one list of what is compiled. The per-op form of CODA_OP_CONFIG is checked against
+// it, and coda_fused_op_configs() hands it to the GPU tests (which pin every config of every op) and the benchmarks.
+using registry::FusedOp;
+using registry::kFusedOps;
+constexpr char const* kPingpong = "pp_128x128x64_c2x1";  // fp16's one config (op.cmake: FP16 pp_128x128x64_c2x1)
 constexpr int kFusedOpCount = static_cast<int>(sizeof(kFusedOps) / sizeof(kFusedOps[0]));
 
 /// "a,b,c": the op's bf16 configs as coda_fused_op_configs and the error messages list them.
@@ -154,6 +141,23 @@ char const* fused_op_configs(char const* op, bool fp16) {
     return all;
   }();
   return lists[i].c_str();
+}
+
+std::string fused_op_choice(char const* op, bool fp16, int64_t M, int64_t N, int64_t K) {
+  std::string const name = op == nullptr ? "" : std::string(op).rfind("coda_", 0) == 0 ? std::string(op + 5) : op;
+  for (registry::Policy const& p : registry::kPolicies) {
+    if (name != p.name) continue;
+    if (M < 0 || N < 0 || K < 0) {
+      coda::detail::fail(CODA_ERROR_SHAPE, "M, N, K: must be >= 0, got ", M, ", ", N, ", ", K);
+    }
+    registry::Choice const c = p.choose(fp16, M, N, K);
+    std::string const knobs = gemm::knobs_string(c.knobs);
+    return knobs.empty() ? std::string(c.config) : std::string(c.config) + ":" + knobs;
+  }
+  std::string known;
+  for (registry::Policy const& p : registry::kPolicies) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  coda::detail::fail(CODA_ERROR_INVALID_ARGUMENT, "op: no fused op or kernel kind named '", op == nullptr ? "NULL" : op,
+                     "' (known: ", known, ")");
 }
 
 void check_op_config() {

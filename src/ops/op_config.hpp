@@ -1,9 +1,11 @@
 // Config selection shared by the fused ops' dispatchers (CUTLASS-free).
 #pragma once
 
+#include "common/error.hpp"
 #include "gemm/kernel_api.hpp"
 
 #include <cstdint>
+#include <string>
 
 namespace coda::ops {
 
@@ -41,14 +43,22 @@ struct KernelChoice {
 /// pp_128x128x64_c2x1 only), in its dispatcher's order; nullptr for a name that is not a fused op. Static storage.
 char const* fused_op_configs(char const* op, bool fp16);
 
-/// The kernel among an op's compiled ones: `bf16` in the order op_config.cu lists the op's bf16 configs, and the
-/// one fp16 kernel (pingpong 128x128). Returns the pinned kernel of the dtype, else bf16[Fallback] (fp16: the fp16
-/// one); the op then applies its own shape rules (docs/FUSED_OPS.md "Dispatch").
+/// "<config>[:<knobs>]" of the kernel the fused op (or "<op>/<variant>" kind; "coda_" optional) runs for an M x N x K
+/// GEMM: its generated tile policy after any pin (coda_fused_op_choice). Throws CODA_ERROR_INVALID_ARGUMENT for an
+/// unknown name (listing the known ones), CODA_ERROR_SHAPE for a negative extent.
+std::string fused_op_choice(char const* op, bool fp16, int64_t M, int64_t N, int64_t K);
+
+/// The kernel among an op's compiled ones: `bf16` in the order of its op.cmake's BF16 list, and its one fp16 kernel
+/// (pingpong 128x128; nullptr: a bf16-only kind, and fp16 is then CODA_ERROR_INTERNAL, the validation's to refuse).
+/// Returns the pinned kernel of the dtype with its knobs, else bf16[Fallback] (fp16: the fp16 one), unpinned; the
+/// caller, a generated choose*() of ops/<op>/instances.hpp (src/ops/registry.cmake), then applies the op's tile
+/// policy (its op.cmake's RULE and DEFAULT lines).
 template <int Fallback, class Args, int N>
 KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const* const (&bf16)[N],
-                                 gemm::KernelOps<Args> const& fp16_pp) {
+                                 gemm::KernelOps<Args> const* fp16_pp) {
   static_assert(Fallback >= 0 && Fallback < N, "choose_kernel: the fallback indexes the bf16 list");
-  gemm::KernelOps<Args> const* const fp16_list[] = {&fp16_pp};
+  if (fp16 && fp16_pp == nullptr) coda::detail::fail(CODA_ERROR_INTERNAL, op, ": this kernel kind has no fp16 build");
+  gemm::KernelOps<Args> const* const fp16_list[] = {fp16_pp};
   gemm::KernelOps<Args> const* const* const list = fp16 ? fp16_list : bf16;
   int const count = fp16 ? 1 : N;
   gemm::KernelInfo const* infos[N] = {};
@@ -58,14 +68,6 @@ KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args
   c.pinned = pick >= 0;
   c.ops = list[c.pinned ? pick : (fp16 ? 0 : Fallback)];
   return c;
-}
-
-/// Most fused ops compile bf16 {coop_128x256x64_c2x1, pp_128x128x64_c2x1} and fp16 {pp_128x128x64_c2x1}; the
-/// default is the pingpong one.
-template <class Args>
-KernelChoice<Args> choose_kernel(char const* op, bool fp16, gemm::KernelOps<Args> const& bf16_coop,
-                                 gemm::KernelOps<Args> const& bf16_pp, gemm::KernelOps<Args> const& fp16_pp) {
-  return choose_kernel<1>(op, fp16, {&bf16_coop, &bf16_pp}, fp16_pp);
 }
 
 /// Scheduler knobs raster = along N with the given swizzle: the best-measured setting of the pingpong fused

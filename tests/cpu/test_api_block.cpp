@@ -1,10 +1,13 @@
 // The block API's validation (include/coda/block.h): valid arguments reach the device stage; every rule names the
 // argument; nothing is written on rejection; the workspace sizes cover the temporaries.
 #include <coda/block.h>
+#include <coda/block.hpp>
 #include <coda/coda.h>
 #include <gtest/gtest.h>
 
 #include "cpu/tensor_pool.hpp"
+
+extern "C" int coda_c_block_init_check(void);  // tests/cpu/c_header_check.c
 
 namespace {
 
@@ -17,14 +20,16 @@ constexpr int64_t kQo = kHq * kHd, kW = (kHq + 2 * kHkv) * kHd;
 struct Block {
   TensorPool pool;
   coda_dtype dt = CODA_BF16;
-  coda_block_config config{kD, kF, kHq, kHkv, kHd, 1e-5f};
-  coda_block_weights w{pool.make(dt, {kD, kQo}),     pool.make(dt, {kD}),     pool.make(dt, {2 * kF, kD}),
-                       pool.make(dt, {kD, kF}),      pool.make(dt, {kD}),     pool.make(dt, {kW, kD})};
-  coda_block_grads g{pool.make(CODA_FP32, {kD, kQo}), pool.make(CODA_FP32, {kD}),
+  coda_block_config config{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f};
+  coda_block_weights w{sizeof(coda_block_weights),  pool.make(dt, {kD, kQo}),     pool.make(dt, {kD}),
+                       pool.make(dt, {2 * kF, kD}),  pool.make(dt, {kD, kF}),      pool.make(dt, {kD}),
+                       pool.make(dt, {kW, kD})};
+  coda_block_grads g{sizeof(coda_block_grads),       pool.make(CODA_FP32, {kD, kQo}), pool.make(CODA_FP32, {kD}),
                      pool.make(CODA_FP32, {2 * kF, kD}), pool.make(CODA_FP32, {kD, kF}),
                      pool.make(CODA_FP32, {kD}),       pool.make(dt, {kW, kD})};
-  coda_block_saved saved{pool.make(dt, {kM, kD}), pool.make(CODA_FP32, {kM}), pool.make(dt, {kM, 2 * kF}),
-                         pool.make(dt, {kM, kD}), pool.make(CODA_FP32, {kM}), pool.make(dt, {kM, kW})};
+  coda_block_saved saved{sizeof(coda_block_saved), pool.make(dt, {kM, kD}), pool.make(CODA_FP32, {kM}),
+                         pool.make(dt, {kM, 2 * kF}), pool.make(dt, {kM, kD}), pool.make(CODA_FP32, {kM}),
+                         pool.make(dt, {kM, kW})};
   coda_tensor y0 = pool.make(dt, {kM, kQo}), x0 = pool.make(dt, {kM, kD});
   coda_tensor pos = pool.make(CODA_INT32, {kM}), freq = pool.make(CODA_FP32, {kHd / 2});
   coda_tensor dqkv = pool.make(dt, {kM, kW}), dx2 = pool.make(dt, {kM, kD});
@@ -56,7 +61,7 @@ TEST(BlockApi, ValidArgumentsReachTheDevice) {
 }
 
 TEST(BlockApi, WorkspaceSizes) {
-  coda_block_config const c{kD, kF, kHq, kHkv, kHd, 1e-5f};
+  coda_block_config const c{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f};
   // Forward: h [M,d] and y1 [M,F] bf16 at least; backward adds the two zdz vectors.
   EXPECT_GE(coda_block_forward_workspace_size(&c, kM), static_cast<size_t>(kM * (kD + kF) * 2));
   EXPECT_GE(coda_block_backward_workspace_size(&c, kM), static_cast<size_t>(kM * (kD + kF) * 2 + 2 * kM * 4));
@@ -81,6 +86,36 @@ TEST(BlockApi, ConfigRules) {
   b.config.eps = 1e-5f;
   b.config.intermediate_size = 100;
   EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "config.intermediate_size", "multiple of 8");
+}
+
+// block.h "Versioning": each struct's struct_size must be a size this library knows (version 1: its sizeof); 0
+// (not set) and a larger one (a newer header) are refused naming the field, before anything else is read.
+TEST(BlockApi, StructSizeRules) {
+  Block b;
+  auto& pool = b.pool;
+  b.config.struct_size = 0;
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "config.struct_size", "CODA_BLOCK_CONFIG_INIT",
+                  "not set");
+  EXPECT_EQ(coda_block_forward_workspace_size(&b.config, kM), 0u);
+  EXPECT_EQ(coda_block_backward_workspace_size(&b.config, kM), 0u);
+  b.config.struct_size = sizeof(coda_block_config) + 8;
+  EXPECT_REJECTED(b.backward(nullptr), CODA_ERROR_INVALID_ARGUMENT, "config.struct_size", "does not know");
+  b.config.struct_size = sizeof(coda_block_config);
+  b.w.struct_size = sizeof(coda_block_weights) - 8;
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "weights.struct_size", "CODA_BLOCK_WEIGHTS_INIT");
+  b.w.struct_size = sizeof(coda_block_weights);
+  b.saved.struct_size = 0;
+  EXPECT_REJECTED(b.backward(&b.dx2), CODA_ERROR_INVALID_ARGUMENT, "saved.struct_size", "CODA_BLOCK_SAVED_INIT");
+  b.saved.struct_size = sizeof(coda_block_saved);
+  b.g.struct_size = 1;
+  EXPECT_REJECTED(b.backward(&b.dx2), CODA_ERROR_INVALID_ARGUMENT, "grads.struct_size", "CODA_BLOCK_GRADS_INIT");
+  b.g.struct_size = sizeof(coda_block_grads);
+  EXPECT_DEVICE_STAGE(b.backward(&b.dx2), "y0:");
+  // The initialisers: struct_size set, the rest zero (C: CODA_BLOCK_*_INIT, compiled as C; C++: block_struct).
+  EXPECT_EQ(coda_c_block_init_check(), 1);
+  auto const c = coda::block_struct<coda::BlockConfig>();
+  EXPECT_EQ(c.struct_size, sizeof(coda_block_config));
+  EXPECT_EQ(c.hidden_size, 0);
 }
 
 TEST(BlockApi, ShapeAndDtypeRules) {

@@ -851,3 +851,78 @@ TEST(OpRules, OpConfigBadValuesAreRefusedWhicheverOpRuns) {
 }
 
 }  // namespace
+
+// Each op's tile policy (its op.cmake's DEFAULT and RULE lines, generated into choose*()) at the llama3 shapes: the
+// choices the hand-written dispatchers made before the registry (stop 32), as coda_fused_op_choice reports them.
+TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
+  struct Case {
+    char const* op;
+    coda_dtype dt;
+    int64_t M, N, K;
+    char const* want;
+  };
+  char const* const pp = "pp_128x128x64_c2x1";
+  std::string const pp_n8 = std::string(pp) + ":raster=n,swizzle=8";
+  std::string const coop_n8 = "coop_128x256x64_c2x1:raster=n,swizzle=8";
+  Case const cases[] = {
+      // F2: pingpong 128x128, raster N, swizzle 8 from N = 16384, else 4.
+      {"linear_rowscale", CODA_BF16, 8192, 28672, 4096, pp_n8.c_str()},
+      {"linear_rowscale", CODA_BF16, 8192, 3072, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
+      {"coda_linear_rowscale", CODA_FP16, 8192, 28672, 4096, pp_n8.c_str()},
+      // F1: out-projection (K <= 2N) pingpong raster N; down-projection at M >= 4096 or K >= 16384 cooperative.
+      {"linear_residual_rmsnorm", CODA_BF16, 8192, 4096, 4096, "pp_128x128x64_c2x1:raster=n"},
+      {"linear_residual_rmsnorm", CODA_BF16, 8192, 4096, 14336, coop_n8.c_str()},
+      {"linear_residual_rmsnorm", CODA_BF16, 1000, 4096, 14336, pp},
+      {"linear_residual_rmsnorm", CODA_BF16, 1000, 8192, 28672, coop_n8.c_str()},
+      {"linear_residual_rmsnorm", CODA_FP16, 8192, 4096, 14336, pp},
+      // F3: pingpong 128x192 raster N, raster M from K = 8192; fp16 pingpong 128x128.
+      {"linear_rowscale_swiglu", CODA_BF16, 8192, 28672, 4096, "pp_128x192x64_c2x1:raster=n,swizzle=8"},
+      {"linear_rowscale_swiglu", CODA_BF16, 8192, 57344, 8192, "pp_128x192x64_c2x1:raster=m,swizzle=8"},
+      {"linear_rowscale_swiglu", CODA_FP16, 8192, 57344, 8192, pp_n8.c_str()},
+      // F4.
+      {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, pp_n8.c_str()},
+      // F5: with logits raster N; without, swizzle 8 and cooperative from K = 8192 (bf16).
+      {"linear_rowscale_lse", CODA_BF16, 8192, 128256, 8192, "pp_128x128x64_c2x1:raster=n"},
+      {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 4096, pp_n8.c_str()},
+      {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 8192, coop_n8.c_str()},
+      {"linear_rowscale_lse/nologits", CODA_FP16, 8192, 128256, 8192, pp_n8.c_str()},
+      // B2 (K = Nd): cooperative from K = 8192, the row-scaled twins alike.
+      {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 28672, coop_n8.c_str()},
+      {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 6144, pp_n8.c_str()},
+      {"linear_residual_rmsnorm_bwd", CODA_FP16, 8192, 4096, 28672, pp_n8.c_str()},
+      {"linear_residual_rmsnorm_bwd/rowscaled", CODA_BF16, 8192, 2048, 128256, coop_n8.c_str()},
+      {"linear_residual_rmsnorm_bwd/rowscaled", CODA_BF16, 8192, 2048, 4096, pp_n8.c_str()},
+      // B3 (M x F x d): 128x192 with 64x16 subtiles from d = 4096 and M = 4096 (bf16).
+      {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 14336, 4096, "pp_128x192x64_c2x1_e16:raster=n,swizzle=8"},
+      {"linear_swiglu_bwd_zdz", CODA_BF16, 4095, 14336, 4096, pp_n8.c_str()},
+      {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 8192, 2048, pp_n8.c_str()},
+      {"linear_swiglu_bwd_zdz", CODA_FP16, 8192, 14336, 4096, pp_n8.c_str()},
+  };
+  for (Case const& c : cases) {
+    SCOPED_TRACE(std::string(c.op) + " " + std::to_string(c.M) + "x" + std::to_string(c.N) + "x" +
+                 std::to_string(c.K) + (c.dt == CODA_FP16 ? " fp16" : " bf16"));
+    char const* got = coda_fused_op_choice(c.op, c.dt, c.M, c.N, c.K);
+    ASSERT_NE(got, nullptr) << coda_last_error();
+    EXPECT_STREQ(got, c.want);
+  }
+  {  // a pin wins, for its op only
+    OpConfigEnv const env("linear_swiglu_bwd_zdz=pp_128x128x64_c2x1:raster=m");
+    EXPECT_STREQ(coda_fused_op_choice("linear_swiglu_bwd_zdz", CODA_BF16, 8192, 14336, 4096),
+                 "pp_128x128x64_c2x1:raster=m");
+    EXPECT_STREQ(coda_fused_op_choice("linear_rowscale", CODA_BF16, 8192, 28672, 4096), pp_n8.c_str());
+  }
+  {
+    OpConfigEnv const env("linear_rowscale=pp_64x256x64_c2x1");
+    EXPECT_EQ(coda_fused_op_choice("linear_rowscale", CODA_BF16, 8192, 28672, 4096), nullptr);
+    EXPECT_NE(std::string(coda_last_error()).find("CODA_OP_CONFIG"), std::string::npos) << coda_last_error();
+  }
+  EXPECT_EQ(coda_fused_op_choice("gemm", CODA_BF16, 8, 8, 8), nullptr);
+  EXPECT_NE(std::string(coda_last_error()).find("known: linear_"), std::string::npos) << coda_last_error();
+  EXPECT_EQ(coda_fused_op_choice(nullptr, CODA_BF16, 8, 8, 8), nullptr);
+  EXPECT_EQ(coda_fused_op_choice("linear_rowscale", CODA_FP32, 8, 8, 8), nullptr);
+  EXPECT_NE(std::string(coda_last_error()).find("dtype"), std::string::npos) << coda_last_error();
+  EXPECT_EQ(coda_fused_op_choice("linear_rowscale", CODA_BF16, -1, 8, 8), nullptr);
+  EXPECT_NE(std::string(coda_last_error()).find("M, N, K"), std::string::npos) << coda_last_error();
+  EXPECT_EQ(coda_fused_op_choice("linear_residual_rmsnorm_bwd/rowscaled", CODA_FP16, 8, 8, 8), nullptr);
+  EXPECT_NE(std::string(coda_last_error()).find("no fp16 build"), std::string::npos) << coda_last_error();
+}

@@ -37,11 +37,20 @@ def test_desc_fields(make):
 def test_block_struct_fields_in_order():
     ts = [torch.zeros(i + 1, 2 * i + 3, dtype=torch.bfloat16) for i in range(6)]
     saved = _C.tensors(_C.BlockSaved, *ts)
-    assert ctypes.sizeof(saved) == 6 * ctypes.sizeof(_C.Tensor)
-    for (name, _), t in zip(_C.BlockSaved._fields_, ts):
+    assert ctypes.sizeof(saved) == 8 + 6 * ctypes.sizeof(_C.Tensor)  # block.h: struct_size, then six tensors
+    assert saved.struct_size == ctypes.sizeof(_C.BlockSaved)
+    for (name, _), t in zip(_C.BlockSaved._fields_[1:], ts):
         assert _fields(getattr(saved, name)) == _expected(t), name
     with pytest.raises(TypeError, match="BlockSaved takes 6 tensors, got 5"):
         _C.tensors(_C.BlockSaved, *ts[:5])
+
+
+def test_block_structs_carry_their_size():
+    """block.h "Versioning": every block struct the Python layer builds opens with its own size (the C ABI refuses
+    any size it does not know); sizes as tests/cpu/test_api_validation.cpp checks them on the C side."""
+    assert _C.BlockConfig().struct_size == ctypes.sizeof(_C.BlockConfig) == 40
+    for cls in (_C.BlockWeights, _C.BlockGrads, _C.BlockSaved):
+        assert cls().struct_size == ctypes.sizeof(cls) == 8 + 6 * ctypes.sizeof(_C.Tensor), cls.__name__
 
 
 def test_desc_rejects_dtype_and_rank():

@@ -6,7 +6,7 @@
 //
 // An Sm90SplitTreeVisitor<input, output, aux> evaluates x once and hands the *fp32* fragment to both consumers:
 // x is rounded to bf16 exactly once (by the collective, for D), h = R(x * gamma) is rounded once, and the sums of
-// squares use x before rounding. This is the rounding decision of docs/FUSED_OPS.md ("rounding"): it keeps every
+// squares use x before rounding. This is the rounding decision of docs/OPS.md ("rounding"): it keeps every
 // output within one rounding of the float64 reference, while the unfused pipeline rounds x twice and takes its
 // statistics from the rounded x. The sums go to a compact m-major [ceil(N/CTA_N), round_up(M, CTA_M)] buffer of
 // per-(row, N-tile) fp32 partials (src/epilogue/row_partials.hpp: no atomics, no workspace, deterministic).

@@ -1,6 +1,6 @@
 // F1 coda_linear_residual_rmsnorm: x = a w^T + residual, h = x * gamma, per-(row, N-tile) partial sums of squares
-// of x, then rstd (kernels::rmsnorm_rstd). CUTLASS-free interface: epilogue arguments, kernel getters (one per
-// src/ops/linear_residual_rmsnorm/<config>.cu) and the dispatch. docs/FUSED_OPS.md.
+// of x, then rstd (kernels::rmsnorm_rstd). CUTLASS-free interface: the epilogue arguments and the dispatch (the
+// compiled kernels: op.cmake). docs/OPS.md.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -19,15 +19,8 @@ struct ResidualRmsnormArgs {
   void* h = nullptr;            ///< [M, N] bf16, row stride ldh (TMA: 16-byte aligned, ldh % 8 == 0)
   int64_t ldh = 0;
   float* partials = nullptr;    ///< [T, Mpad] fp32: partials[m + Mpad * t] = sum over N-tile t of x[m, n]^2
-                                ///< (x in fp32, before its bf16 rounding: docs/FUSED_OPS.md)
+                                ///< (x in fp32, before its bf16 rounding: docs/OPS.md)
 };
-
-namespace residual_rmsnorm_kernels {
-gemm::KernelOps<ResidualRmsnormArgs> const& fwd_bf16_coop_128x256x64_c2x1();
-gemm::KernelOps<ResidualRmsnormArgs> const& fwd_bf16_pp_128x128x64_c2x1();
-/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
-gemm::KernelOps<ResidualRmsnormArgs> const& fwd_fp16_pp_128x128x64_c2x1();
-}  // namespace residual_rmsnorm_kernels
 
 /// Shape of a kernel's partials buffer: T = ceil(N / tile_n) rows of Mpad = round_up(M, tile_m) floats.
 struct PartialsLayout {

@@ -253,9 +253,9 @@ using ResidualRmsnormBwdRowScaledEpilogue = ResidualRmsnormBwdEpilogueT<true>;
 template <class Config, class Element = cutlass::bfloat16_t>
 using ResidualRmsnormBwdKernel = gemm::FusedLinear<Config, ResidualRmsnormBwdEpilogue, Element, Element,
                                                    cutlass::layout::RowMajor, cutlass::layout::RowMajor>;
-template <class Config>
+template <class Config, class Element = cutlass::bfloat16_t>
 using ResidualRmsnormBwdRowScaledKernel =
-    gemm::FusedLinear<Config, ResidualRmsnormBwdRowScaledEpilogue, cutlass::bfloat16_t, cutlass::bfloat16_t,
-                      cutlass::layout::RowMajor, cutlass::layout::RowMajor>;
+    gemm::FusedLinear<Config, ResidualRmsnormBwdRowScaledEpilogue, Element, Element, cutlass::layout::RowMajor,
+                      cutlass::layout::RowMajor>;
 
 }  // namespace coda::ops

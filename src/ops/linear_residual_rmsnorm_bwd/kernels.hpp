@@ -1,6 +1,5 @@
 // B2 coda_linear_residual_rmsnorm_bwd (MATH.md B2): dgrad GEMM D = alpha * dz W with the RMSNorm backward in its
-// epilogue. CUTLASS-free interface: the epilogue arguments and the getters of the compiled kernels (one per
-// src/ops/linear_residual_rmsnorm_bwd/<config>.cu).
+// epilogue. CUTLASS-free interface: the epilogue arguments and the dispatch (the compiled kernels: op.cmake).
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -26,16 +25,6 @@ struct ResidualRmsnormBwdArgs {
   float* dgamma_partials = nullptr;  ///< [ceil(M/CTA_M), round_up(N,CTA_N)] fp32 column partials of acc * c
   float const* row_scale = nullptr;  ///< [M] fp32 v, read by the row-scaled kernels only (epilogue.hpp)
 };
-
-namespace residual_rmsnorm_bwd_kernels {
-gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
-/// Cooperative 128x256 (cluster 2x1) with a leaner epilogue (3 C/x stages): long K.
-gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_coop_128x256x64_c2x1();
-gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
-/// With the row scale v (bf16 only): the LM head's exponential form.
-gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_rowscaled_pp_128x128x64_c2x1();
-gemm::KernelOps<ResidualRmsnormBwdArgs> const& dgrad_bf16_rowscaled_coop_128x256x64_c2x1();
-}  // namespace residual_rmsnorm_bwd_kernels
 
 /// B2 on bf16|fp16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N], x [M,N], gamma [N], rstd and
 /// zdz [M] fp32, dx_in nullptr or [M,N] (may be dx), dx and a [M,N], dgamma [N] fp32. `workspace` holds the

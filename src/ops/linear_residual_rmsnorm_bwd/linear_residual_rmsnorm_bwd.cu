@@ -1,6 +1,6 @@
 // B2 dispatch (host only, no CUTLASS): the fused dgrad GEMM (dx, a, dgamma column partials), then the dgamma
 // finishing reduce. bf16: pingpong 128x128 and cooperative 128x256 (the default at K >= 8192); fp16: pingpong.
-#include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
+#include "ops/linear_residual_rmsnorm_bwd/instances.hpp"
 
 #include "common/error.hpp"
 #include "kernels/kernels.hpp"
@@ -16,27 +16,9 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
                                  int64_t ld_dx, void* a, int64_t ld_a, float* dgamma, bool fp16, void* workspace,
                                  size_t workspace_bytes, cudaStream_t stream, float const* row_scale) {
   namespace kn = residual_rmsnorm_bwd_kernels;
-  auto choice = choose_kernel("coda_linear_residual_rmsnorm_bwd", fp16, kn::dgrad_bf16_coop_128x256x64_c2x1(),
-                              kn::dgrad_bf16_pp_128x128x64_c2x1(), kn::dgrad_fp16_pp_128x128x64_c2x1());
-  // Raster along N, swizzle 8 (bench_backward --sweep on the H200, llama3-1B/8B/70B, M = 16384: within 5 % of the
-  // best pin at every B2 shape, mostly within 2 %; swizzle 1 was up to 7 % slower (70B LM head) and at most 2 %
-  // faster (1B q/k/v); bench/results/backward_sweep_h200_b2tree.jsonl).
-  // Default: bf16 with K >= 8192 (the gate/up dgrad, K = 2F, and the LM head's, K = V) on the cooperative
-  // 128x256 kernel, which moves 1.5x fewer L2-to-SM bytes per FLOP than the pingpong 128x128 (computed from the
-  // tiles) and, with its leaner epilogue, keeps 3 mainloop stages. H200, interleaved with the pingpong-only default
-  // (bench/results/b2_coop_h200/): LM head f+b 0.973x and 0.989x the time; the block backward 0.95-0.99x in every
-  // run and config, the block f+b 0.986-1.008x at llama3-1B/8B and 0.996x at 70B (within the runs' spread). Shorter
-  // K (q/k/v) stays pingpong, whose epilogue hides behind the other warpgroup's MMA (not measured on its own here).
-  if (!choice.pinned) {
-    if (!fp16 && Nd >= 8192) choice.ops = &kn::dgrad_bf16_coop_128x256x64_c2x1();
-    choice.knobs = raster_n(8);
-  }
-  if (row_scale != nullptr) {  // the same shape rule and knobs, on the row-scaled twins
-    if (fp16) coda::detail::fail(CODA_ERROR_INTERNAL, "linear_residual_rmsnorm_bwd: row_scale is bf16 only");
-    choice.ops = Nd >= 8192 ? &kn::dgrad_bf16_rowscaled_coop_128x256x64_c2x1()
-                            : &kn::dgrad_bf16_rowscaled_pp_128x128x64_c2x1();
-    choice.knobs = raster_n(8);
-  }
+  // op.cmake: the tile policy, the same for the row-scaled twins (bf16 only: api/lm_head_bwd_ops.cpp takes the
+  // row-scaled path for bf16 alone; fp16 there would be CODA_ERROR_INTERNAL)
+  auto const choice = row_scale != nullptr ? kn::choose_rowscaled(fp16, M, N, Nd) : kn::choose(fp16, M, N, Nd);
   gemm::KernelOps<ResidualRmsnormBwdArgs> const& k = *choice.ops;
   gemm::Knobs const& knobs = choice.knobs;
 

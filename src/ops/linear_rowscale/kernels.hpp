@@ -1,5 +1,5 @@
-// F2 coda_linear_rowscale: y = diag(rstd) (h w^T). CUTLASS-free interface: the epilogue arguments, the getters of
-// the compiled kernels (one per src/ops/linear_rowscale/<config>.cu) and the dispatch. docs/FUSED_OPS.md.
+// F2 coda_linear_rowscale: y = diag(rstd) (h w^T). CUTLASS-free interface: the epilogue arguments and the dispatch
+// (the compiled kernels: op.cmake). docs/OPS.md.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -14,13 +14,6 @@ namespace coda::ops {
 struct RowscaleArgs {
   float const* rstd = nullptr;  ///< [M] fp32, contiguous
 };
-
-namespace rowscale_kernels {
-gemm::KernelOps<RowscaleArgs> const& fwd_bf16_coop_128x256x64_c2x1();
-gemm::KernelOps<RowscaleArgs> const& fwd_bf16_pp_128x128x64_c2x1();
-/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
-gemm::KernelOps<RowscaleArgs> const& fwd_fp16_pp_128x128x64_c2x1();
-}  // namespace rowscale_kernels
 
 /// y[M,N] (bf16, or fp16 when fp16; row stride ldy) = rstd[m] * (h[M,K] (row stride ldh) w[N,K]^T (row stride ldw)),
 /// fp32 product, one rounding. Picks a config (CODA_OP_CONFIG pins one: op_config.hpp) and enqueues on `stream`. M, N,

@@ -1,5 +1,5 @@
 // F2 dispatch (host only, no CUTLASS): pick a compiled config, build Operands, launch.
-#include "ops/linear_rowscale/kernels.hpp"
+#include "ops/linear_rowscale/instances.hpp"
 
 #include "common/error.hpp"
 #include "ops/op_config.hpp"
@@ -9,10 +9,7 @@ namespace coda::ops {
 void linear_rowscale(int64_t M, int64_t N, int64_t K, void const* h, int64_t ldh, void const* w, int64_t ldw,
                      float const* rstd, void* y, int64_t ldy, bool fp16, cudaStream_t stream) {
   namespace kn = rowscale_kernels;
-  auto choice = choose_kernel("coda_linear_rowscale", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
-                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
-  // Default: pingpong 128x128, raster along N (bench/results/fused_h200_*: 0.92-1.00 x cuBLAS on the LLaMA shapes).
-  if (!choice.pinned) choice.knobs = raster_n(N >= 16384 ? 8 : 4);
+  auto const choice = kn::choose(fp16, M, N, K);  // op.cmake: the tile policy
   gemm::Knobs const& knobs = choice.knobs;
   gemm::KernelOps<RowscaleArgs> const& k = *choice.ops;
   gemm::Operands op;

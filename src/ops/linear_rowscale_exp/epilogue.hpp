@@ -46,8 +46,15 @@ struct ExpCeEpilogue {
   };
 };
 
-template <class Config, bool kMaskColumns, epilogue::SoftcapMode kSoftcap>
-using ExpCeKernel = gemm::FusedLinear<Config, ExpCeEpilogue<kMaskColumns, kSoftcap>, cutlass::bfloat16_t,
-                                      cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+template <class Config, class Element, bool kMaskColumns, epilogue::SoftcapMode kSoftcap>
+using ExpCeKernelOf = gemm::FusedLinear<Config, ExpCeEpilogue<kMaskColumns, kSoftcap>, Element, Element,
+                                        cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+/// The three kernels of src/ops/linear_rowscale_exp/op.cmake: no softcap, a softcap, and the column-masked tail.
+template <class Config, class Element>
+using ExpCeKernel = ExpCeKernelOf<Config, Element, false, epilogue::SoftcapMode::kOff>;
+template <class Config, class Element>
+using ExpCeSoftcapKernel = ExpCeKernelOf<Config, Element, false, epilogue::SoftcapMode::kOn>;
+template <class Config, class Element>
+using ExpCeMaskedKernel = ExpCeKernelOf<Config, Element, true, epilogue::SoftcapMode::kRunTime>;
 
 }  // namespace coda::ops

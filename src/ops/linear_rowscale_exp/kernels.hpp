@@ -1,7 +1,7 @@
 // The LM head's backward logits GEMM in exponential form (MATH.md F6, "exponential form"): E = s (.) exp(c - K)
 // per element with one offset K per row (epilogue/exp_ce.hpp), plus per-(row, N-tile) sums for
 // kernels::ce_exp_finish. Internal to coda_linear_cross_entropy_bwd (no C entry point). CUTLASS-free interface: the
-// epilogue arguments, the kernel getter, the partials' layout and the dispatch.
+// epilogue arguments, the partials' layout and the dispatch (the compiled kernels: op.cmake).
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -28,16 +28,6 @@ struct ExpCeArgs {
   bool targets_int64 = false;
   int64_t col_base = 0;           ///< set by linear_rowscale_exp: vocabulary column of the problem's first column
 };
-
-namespace exp_ce_kernels {
-/// bf16, cooperative 128x256, no column mask, no softcap: whole 256-column tiles of the vocabulary.
-gemm::KernelOps<ExpCeArgs> const& fwd_bf16_coop_128x256x64_c2x1();
-/// bf16, pingpong 128x128 with softcap compiled in: whole 128-column tiles (the epilogue's tanh and exp per element
-/// overlap the other warpgroup's MMA).
-gemm::KernelOps<ExpCeArgs> const& fwd_bf16_softcap_pp_128x128x64_c2x1();
-/// bf16, pingpong 128x64 with the column mask: the vocabulary's last V % 128 columns and the padding after them.
-gemm::KernelOps<ExpCeArgs> const& fwd_bf16_masked_pp_128x64x64_c2x1();
-}  // namespace exp_ce_kernels
 
 /// The partials of one run: two fp32 [T, Mpad] buffers (sumexp, dot), each on a 256-byte boundary; element (t, m)
 /// at m + m_pad * t; T = Vm / Tm + ceil((N - Vm) / 64) tiles (Tm the main kernel's tile width, 256 without softcap

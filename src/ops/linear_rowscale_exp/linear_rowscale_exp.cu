@@ -1,7 +1,7 @@
 // Dispatch of the exponential-form LM-head logits GEMM (host only, no CUTLASS): whole tiles of the vocabulary on the
 // unmasked kernel, the rest (V % tile columns and the padding to N) on the masked narrow one, both
 // writing into one set of partials carved out of the caller's workspace.
-#include "ops/linear_rowscale_exp/kernels.hpp"
+#include "ops/linear_rowscale_exp/instances.hpp"
 
 #include "common/error.hpp"
 #include "ops/op_config.hpp"

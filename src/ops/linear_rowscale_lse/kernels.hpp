@@ -1,7 +1,7 @@
 // F5 coda_linear_rowscale_lse: LM-head logits l = diag(rstd) (h w^T), optional softcap, and per-row log-sum-exp
 // and target logit from per-(row, N-tile) partials written by the GEMM epilogue (epilogue/online_lse.hpp), then
-// finished by kernels::lse_finish. CUTLASS-free interface: the epilogue arguments, the kernel getters (one per
-// src/ops/linear_rowscale_lse/<variant>_<config>.cu), the workspace layout and the dispatch. docs/FUSED_OPS.md.
+// finished by kernels::lse_finish. CUTLASS-free interface: the epilogue arguments, the workspace layout and the
+// dispatch (the compiled kernels: op.cmake). docs/OPS.md.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -24,19 +24,6 @@ struct LseArgs {
   float* part_sum = nullptr;
   float* part_target = nullptr;
 };
-
-namespace lse_kernels {
-/// Stores the raw logits R(rstd * acc) as D.
-gemm::KernelOps<LseArgs> const& fwd_bf16_coop_128x256x64_c2x1();
-/// D = void: only the partials are written.
-gemm::KernelOps<LseArgs> const& fwd_bf16_nologits_coop_128x256x64_c2x1();
-/// The same two variants, pingpong 128x128 (the epilogue of one warpgroup overlaps the other's MMA).
-gemm::KernelOps<LseArgs> const& fwd_bf16_pp_128x128x64_c2x1();
-gemm::KernelOps<LseArgs> const& fwd_bf16_nologits_pp_128x128x64_c2x1();
-/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
-gemm::KernelOps<LseArgs> const& fwd_fp16_pp_128x128x64_c2x1();
-gemm::KernelOps<LseArgs> const& fwd_fp16_nologits_pp_128x128x64_c2x1();
-}  // namespace lse_kernels
 
 /// The workspace of F5: four fp32 [T, Mpad] partial buffers (max, sumexp, sum, target) of a kernel with CTA tile
 /// tile_m x tile_n, each starting on a 256-byte boundary. Element (t, m) of a buffer is at m + m_pad * t.

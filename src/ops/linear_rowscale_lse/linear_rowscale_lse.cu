@@ -1,6 +1,6 @@
 // F5 dispatch (host only, no CUTLASS): pick the kernel (with or without stored logits), carve the partials out of
 // the caller's workspace, run the fused GEMM, then the deterministic finishing kernel.
-#include "ops/linear_rowscale_lse/kernels.hpp"
+#include "ops/linear_rowscale_lse/instances.hpp"
 
 #include "common/error.hpp"
 #include "kernels/kernels.hpp"
@@ -17,29 +17,8 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
                          float* logit_sum) {
   namespace kn = lse_kernels;
   bool const store_logits = logits != nullptr;
-  auto choice = store_logits ? choose_kernel("coda_linear_rowscale_lse", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
-                                             kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1())
-                             : choose_kernel("coda_linear_rowscale_lse", fp16,
-                                             kn::fwd_bf16_nologits_coop_128x256x64_c2x1(),
-                                             kn::fwd_bf16_nologits_pp_128x128x64_c2x1(),
-                                             kn::fwd_fp16_nologits_pp_128x128x64_c2x1());
-  // Default without stored logits (the LM head's loss path): pingpong (the exp-per-element epilogue overlaps the
-  // other warpgroup's MMA), raster along N, swizzle 8; at K >= 8192 (llama3-70B, bf16) the cooperative 128x256,
-  // same knobs. Measured under sustained load (bench/python/sweep_ops.py: back-to-back calls at the 700 W limit,
-  // M = 8192, V = 128256; bench/results/sweep_ops_h200/): pingpong n/8 1.007 x cuBLAS at 1B and 1.062 x at
-  // 8B, cooperative n/8 1.045 x at 70B, where raster N without swizzle (the best of bench_fused's one-after-another
-  // sweep, and still the default with stored logits, which was not measured this way) took 1.125 / 1.189 /
-  // 1.187 x, at 1155 MHz against 1395-1425 MHz. The likely reason (from the tile order, not profiled): without
-  // swizzle a wave of tiles spans one 128-row band and hundreds of vocabulary columns, so the weight streams from
-  // DRAM once per row band.
-  if (!choice.pinned) {
-    if (store_logits) {
-      choice.knobs = raster_n(1);
-    } else {
-      if (K >= 8192 && !fp16) choice.ops = &kn::fwd_bf16_nologits_coop_128x256x64_c2x1();
-      choice.knobs = raster_n(8);
-    }
-  }
+  // op.cmake: the tile policy of each twin
+  auto const choice = store_logits ? kn::choose(fp16, M, V, K) : kn::choose_nologits(fp16, M, V, K);
   gemm::Knobs const& knobs = choice.knobs;
   gemm::KernelOps<LseArgs> const& k = *choice.ops;
   if (k.info.tile_m < kLseTileM || k.info.tile_n < kLseTileN) {

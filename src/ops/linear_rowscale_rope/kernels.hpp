@@ -1,6 +1,6 @@
 // F4 coda_linear_rowscale_rope: qkv = rope(diag(rstd) (h w_qkv^T)) with per-row positions and a per-column
-// inv_freq vector (0 on the v columns). CUTLASS-free interface: the epilogue arguments, the getters of the compiled
-// kernels (one per src/ops/linear_rowscale_rope/<config>.cu) and the dispatch. docs/FUSED_OPS.md.
+// inv_freq vector (0 on the v columns). CUTLASS-free interface: the epilogue arguments and the dispatch (the
+// compiled kernels: op.cmake). docs/OPS.md.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -18,13 +18,6 @@ struct RopeArgs {
   int32_t const* positions = nullptr;   ///< [M] int32, 0 <= pos < 2^24 (exact as float)
   float const* inv_freq_cols = nullptr; ///< [N] fp32: per-column frequency, 0 on v columns
 };
-
-namespace rope_kernels {
-gemm::KernelOps<RopeArgs> const& fwd_bf16_coop_128x256x64_c2x1();
-gemm::KernelOps<RopeArgs> const& fwd_bf16_pp_128x128x64_c2x1();
-/// fp16 in/out: one config (pingpong 128x128, the bf16 default).
-gemm::KernelOps<RopeArgs> const& fwd_fp16_pp_128x128x64_c2x1();
-}  // namespace rope_kernels
 
 /// Workspace of linear_rowscale_rope: the expanded per-column inv_freq (N floats, 256-byte rounded).
 size_t linear_rowscale_rope_workspace_bytes(int64_t N);

@@ -1,6 +1,6 @@
 // F4 dispatch (host only, no CUTLASS): expand inv_freq per column into the workspace, pick a compiled config,
 // launch one GEMM.
-#include "ops/linear_rowscale_rope/kernels.hpp"
+#include "ops/linear_rowscale_rope/instances.hpp"
 
 #include "common/error.hpp"
 #include "kernels/kernels.hpp"
@@ -17,11 +17,7 @@ void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_
                           int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, void* qkv, int64_t ldq,
                           void* workspace, size_t workspace_bytes, bool fp16, cudaStream_t stream) {
   namespace kn = rope_kernels;
-  auto choice = choose_kernel("coda_linear_rowscale_rope", fp16, kn::fwd_bf16_coop_128x256x64_c2x1(),
-                              kn::fwd_bf16_pp_128x128x64_c2x1(), kn::fwd_fp16_pp_128x128x64_c2x1());
-  // Pingpong 128x128 (the sin/cos epilogue overlaps the other warpgroup's MMA), raster along N, swizzle 8:
-  // 0.98-0.99 x cuBLAS on the LLaMA qkv shapes, cooperative 128x256 1.09-1.24 x (bench/results/fused_h200_*).
-  if (!choice.pinned) choice.knobs = raster_n(8);
+  auto const choice = kn::choose(fp16, M, N, K);  // op.cmake: the tile policy
   gemm::Knobs const& knobs = choice.knobs;
   if (workspace_bytes < linear_rowscale_rope_workspace_bytes(N) || workspace == nullptr ||
       (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0) {

@@ -1,6 +1,6 @@
 // F3 coda_linear_rowscale_swiglu: z = diag(rstd) (h w_gu^T) [M,2F] and y = silu(z[:,2i]) * z[:,2i+1] [M,F] from
-// the interleaved gate/up weight. CUTLASS-free interface: the epilogue arguments, the getters of the compiled
-// kernels (one per src/ops/linear_rowscale_swiglu/<config>.cu) and the dispatch. docs/FUSED_OPS.md.
+// the interleaved gate/up weight. CUTLASS-free interface: the epilogue arguments and the dispatch (the compiled
+// kernels: op.cmake). docs/OPS.md.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -17,14 +17,6 @@ struct SwigluArgs {
   void* y = nullptr;            ///< [M, N/2] bf16, row stride ldy; 8-byte aligned, ldy % 4 == 0
   int64_t ldy = 0;
 };
-
-namespace swiglu_kernels {
-gemm::KernelOps<SwigluArgs> const& fwd_bf16_coop_128x256x64_c2x1();
-gemm::KernelOps<SwigluArgs> const& fwd_bf16_pp_128x128x64_c2x1();
-gemm::KernelOps<SwigluArgs> const& fwd_bf16_pp_128x192x64_c2x1();
-/// fp16 in/out: one config (pingpong 128x128).
-gemm::KernelOps<SwigluArgs> const& fwd_fp16_pp_128x128x64_c2x1();
-}  // namespace swiglu_kernels
 
 /// z[M,N] (bf16 or fp16; row stride ldz) = rstd[m] * (h[M,K] w_gu[N,K]^T), y[M,N/2] (row stride ldy) = silu(z even
 /// columns) * z odd columns, both from the fp32 z, each rounded once. N % 16 == 0. Picks a config (CODA_OP_CONFIG

@@ -1,6 +1,6 @@
 // B3 coda_linear_swiglu_bwd_zdz (MATH.md B3): dgrad GEMM dy = dx w_down with the SwiGLU backward in its epilogue
-// (src/epilogue/swiglu_bwd_pair.hpp). CUTLASS-free interface: the epilogue arguments, the getters of the compiled
-// kernels (one per src/ops/linear_swiglu_bwd_zdz/<config>.cu) and the dispatch.
+// (src/epilogue/swiglu_bwd_pair.hpp). CUTLASS-free interface: the epilogue arguments and the dispatch (the compiled
+// kernels: op.cmake).
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -18,12 +18,6 @@ struct SwigluBwdArgs {
   int64_t lddz = 0;
   float* zdz_partials = nullptr;    ///< [ceil(F/CTA_N), round_up(M,CTA_M)] fp32 row partials of g dg + u du
 };
-
-namespace swiglu_bwd_kernels {
-gemm::KernelOps<SwigluBwdArgs> const& dgrad_bf16_pp_128x128x64_c2x1();
-gemm::KernelOps<SwigluBwdArgs> const& dgrad_bf16_pp_128x192x64_c2x1_e16();
-gemm::KernelOps<SwigluBwdArgs> const& dgrad_fp16_pp_128x128x64_c2x1();
-}  // namespace swiglu_bwd_kernels
 
 /// B3 on row-major bf16|fp16 tensors (row strides given): dx [M,d], w_down [d,F], z [M,2F], dz [M,2F] (may be z),
 /// y [M,F], zdz [M] fp32 = (1/d) sum_i (g dz[2i] + u dz[2i+1]). `workspace` holds the row partials (at least

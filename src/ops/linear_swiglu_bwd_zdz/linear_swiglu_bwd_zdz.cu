@@ -1,6 +1,6 @@
 // B3 dispatch (host only, no CUTLASS): the fused dgrad GEMM (y as D, dz and the zdz row partials from the node),
 // then the zdz finishing reduce.
-#include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
+#include "ops/linear_swiglu_bwd_zdz/instances.hpp"
 
 #include "common/error.hpp"
 #include "kernels/kernels.hpp"
@@ -16,18 +16,7 @@ void linear_swiglu_bwd_zdz(int64_t M, int64_t F, int64_t d, void const* dx, int6
   namespace kn = swiglu_bwd_kernels;
   // bf16: pingpong 128x128 (64x32 subtiles) or 128x192 with 64x16 subtiles (the node's live set beside 192
   // accumulators); fp16: 128x128.
-  auto choice = choose_kernel<0>("coda_linear_swiglu_bwd_zdz", fp16,
-                                 {&kn::dgrad_bf16_pp_128x128x64_c2x1(), &kn::dgrad_bf16_pp_128x192x64_c2x1_e16()},
-                                 kn::dgrad_fp16_pp_128x128x64_c2x1());
-  if (!choice.pinned) {
-    // 128x192 from d = 4096 (sustained load, llama3-8B/70B at 8192 and 16384 tokens, time over 128x128's in the same
-    // run: 0.98-1.01 in this build, 0.95-0.98 in a 60-byte-spill build; llama3-1B, d = 2048: 1.08;
-    // bench/results/vs_quack/b3_192/). Large M only: decode-sized M was not measured. Raster along N, swizzle 8 for
-    // both (bench_backward --sweep at 128x128, H200: 1.13 -> 1.08x cuBLAS at llama3-8B, 1.09 -> 1.04x at 70B; every
-    // setting within 1 % at 1B).
-    if (!fp16 && d >= 4096 && M >= 4096) choice.ops = &kn::dgrad_bf16_pp_128x192x64_c2x1_e16();
-    choice.knobs = raster_n(8);
-  }
+  auto const choice = kn::choose(fp16, M, F, d);  // op.cmake: the tile policy
   gemm::KernelOps<SwigluBwdArgs> const& k = *choice.ops;
 
   // Workspace: row partials [T, Mpad] fp32, T = ceil(F / CTA_N), Mpad = round_up(M, CTA_M).

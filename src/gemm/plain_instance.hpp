@@ -1,4 +1,5 @@
-// Shared by the plain-GEMM instance files: one FusedLinear instantiation per .cu (see plain_kernels.hpp).
+// Shared by the plain-GEMM instance files (generated from src/gemm/plain.cmake): one FusedLinear instantiation per .cu
+// (see plain_kernels.hpp). Every alias there takes <Config, Layout, ElementD>.
 #pragma once
 
 #include "gemm/fused_linear.hpp"
@@ -6,6 +7,8 @@
 #include "gemm/plain_kernels.hpp"
 
 #include <cutlass/numeric_types.h>
+
+#include <type_traits>
 
 namespace coda::gemm::plain {
 
@@ -36,5 +39,12 @@ using PlainStoreGemm = FusedLinear<Config, ScaleEpilogue<kStagesD>, cutlass::bfl
 template <class Config, class Layout, int kStagesD>
 using PlainReduceAddGemm = FusedLinear<Config, ReduceAddEpilogue<kStagesD>, cutlass::bfloat16_t, float,
                                        typename Layout::A, typename Layout::B>;
+
+/// The registry's fixed-parameter forms: 6 D store buffers; reduce-add into fp32 D with 4.
+template <class Config, class Layout, class ElementD>
+using PlainStore6Gemm = PlainStoreGemm<Config, Layout, ElementD, 6>;
+template <class Config, class Layout, class ElementD,
+          class = std::enable_if_t<std::is_same_v<ElementD, float>>>  // fp32 D only
+using PlainReduceAdd4Gemm = PlainReduceAddGemm<Config, Layout, 4>;
 
 }  // namespace coda::gemm::plain

@@ -1,8 +1,0 @@
-// F4 linear_rowscale_rope kernel: forward layout, bf16 in/out, config pp_128x128x64_c2x1 (one instantiation per file).
-#include "ops/linear_rowscale_rope/epilogue.hpp"
-
-namespace coda::ops::rope_kernels {
-
-gemm::KernelOps<RopeArgs> const& fwd_bf16_pp_128x128x64_c2x1() { return RopeKernel<gemm::config::Pp128x128x64C2x1>::ops(); }
-
-}  // namespace coda::ops::rope_kernels
