@@ -25,8 +25,8 @@
  * declares it. A later CODA adds fields only at a struct's end (e.g. the weights of a new norm) and still accepts
  * the sizes of earlier versions, giving the fields such a caller lacks their documented defaults; a size it does
  * not know (0: not set; larger: a newer header than the library) is CODA_ERROR_INVALID_ARGUMENT naming the field.
- * Set it with the CODA_BLOCK_*_INIT initialisers, e.g. `coda_block_weights w = CODA_BLOCK_WEIGHTS_INIT;` (the other
- * fields zero), then fill the rest. This header is version 1: the sizes below.
+ * Set it with the CODA_BLOCK_*_INIT initialisers in C, e.g. `coda_block_weights w = CODA_BLOCK_WEIGHTS_INIT;` (the
+ * other fields zero), or coda::block_struct<T>() in C++ (block.hpp), then fill the rest. This header is version 1: the sizes below.
  */
 #ifndef CODA_BLOCK_H_
 #define CODA_BLOCK_H_
@@ -79,11 +79,12 @@ typedef struct coda_block_saved {
   coda_tensor qkv;   /**< [M, (hq + 2 hkv) hd] rotated q/k/v of layer i+1 */
 } coda_block_saved;
 
-/** Initialisers: struct_size set, every other field zero. */
-#define CODA_BLOCK_CONFIG_INIT {sizeof(coda_block_config)}
-#define CODA_BLOCK_WEIGHTS_INIT {sizeof(coda_block_weights)}
-#define CODA_BLOCK_GRADS_INIT {sizeof(coda_block_grads)}
-#define CODA_BLOCK_SAVED_INIT {sizeof(coda_block_saved)}
+/** Initialisers (C99 designated, so -Wmissing-field-initializers stays quiet): struct_size set, every other field
+ *  zero. C++: coda::block_struct<T>() (block.hpp). */
+#define CODA_BLOCK_CONFIG_INIT {.struct_size = sizeof(coda_block_config)}
+#define CODA_BLOCK_WEIGHTS_INIT {.struct_size = sizeof(coda_block_weights)}
+#define CODA_BLOCK_GRADS_INIT {.struct_size = sizeof(coda_block_grads)}
+#define CODA_BLOCK_SAVED_INIT {.struct_size = sizeof(coda_block_saved)}
 
 /**
  * Forward of one block (see above).

@@ -64,10 +64,11 @@ class CeOptions(ctypes.Structure):
 
 
 class _Versioned(ctypes.Structure):
-    """A block struct: struct_size (block.h "Versioning") is set to the struct's size on construction."""
+    """A block struct: struct_size (block.h "Versioning") is set to the struct's size on construction. Fields by
+    keyword only: positionally the first would be struct_size."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, **fields):
+        super().__init__(**fields)
         self.struct_size = ctypes.sizeof(self)
 
 

@@ -147,6 +147,9 @@ std::string fused_op_choice(char const* op, bool fp16, int64_t M, int64_t N, int
   std::string const name = op == nullptr ? "" : std::string(op).rfind("coda_", 0) == 0 ? std::string(op + 5) : op;
   for (registry::Policy const& p : registry::kPolicies) {
     if (name != p.name) continue;
+    if (fp16 && !p.has_fp16) {
+      coda::detail::fail(CODA_ERROR_DTYPE, "dtype: ", p.name, " compiles no fp16 kernel (bf16 only)");
+    }
     if (M < 0 || N < 0 || K < 0) {
       coda::detail::fail(CODA_ERROR_SHAPE, "M, N, K: must be >= 0, got ", M, ", ", N, ", ", K);
     }

@@ -1,12 +1,14 @@
-# The fused-op registry. Each src/ops/<op>/op.cmake describes its op with one coda_fused_op() call: the kernels the
-# build compiles and the tile policy that picks among them. From those descriptions the configure step writes, under
+# The kernel registry. Each src/ops/<op>/op.cmake describes its fused op with one coda_fused_op() call: the kernels
+# the build compiles and the tile policy that picks among them; src/gemm/plain.cmake lists the plain GEMM's kernels
+# (coda_plain_gemm(), below). After all of them, coda_registry_generate(). The configure step writes, under
 # ${CODA_GENERATED_DIR}:
 #   ops/<op>/<getter>.cu         one kernel instantiation per file (CUTLASS-heavy; the files are libcoda sources)
 #   ops/<op>/instances.hpp       the getters' declarations and each pinnable kernel kind's choose*() (the policy)
 #   ops/fused_ops_table.hpp      every pinnable op's bf16 configs: what CODA_OP_CONFIG is checked against and what
 #                                coda_fused_op_configs() hands to the GPU tests and the benchmarks
 #   ops/fused_ops_policy.hpp     every pinnable kernel kind's choose*() by name, for coda_fused_op_choice()
-#   kernel_sources.txt           the generated sources, one per line (tools/kernel-stages)
+#   gemm/*.cu, gemm/plain_instances.hpp, gemm/plain_entries.inc   the plain GEMM's instances, declarations, table
+#   kernel_sources.txt           every generated instance, one per line (tools/kernel-stages)
 # Files are rewritten only when their text changes, so a reconfigure recompiles nothing that did not change.
 #
 # coda_fused_op(<op>                        folder src/ops/<op>, C ABI name coda_<op>
@@ -27,8 +29,9 @@
 # The tile policy of a pinnable kind is its choose() (the first KERNEL) or choose_<tag>(): (fp16, M, N, K) -> the
 # kernel CODA_OP_CONFIG pins (with its knobs), else the first RULE whose condition (a C++ expression in M, N, K, the
 # GEMM's extents, and fp16) holds, else the DEFAULT. <raster> is h (CUTLASS's heuristic), m or n; <swizzle> 1, 2, 4
-# or 8. A RULE or DEFAULT config the kind does not compile for fp16 applies to bf16 only (fp16 then runs its one
-# kernel, pp_128x128x64_c2x1, at the DEFAULT knobs). <why> is one line, carried into the generated code; the
+# or 8. A RULE whose config the kind does not compile for fp16 applies to bf16 only (fp16 goes on to the next RULE,
+# and at the DEFAULT runs its one kernel, pp_128x128x64_c2x1, at the DEFAULT knobs). No RULE word may be a keyword
+# of this function or contain a ';'. <why> is one line, carried into the generated code; the
 # measurements behind it go in comments above the RULE. The first KERNEL's BF16 list is the op's config list (the
 # table's entry); a later pinnable kind needs the same list, since a pin names one config for the whole op.
 # ACCEPT_SPILL exempts one kernel from the errors up to <bytes> of spill stores, checked by the ctest SpillCheck.*
@@ -83,12 +86,19 @@ function(_coda_knobs out op raster swizzle)  # "n" "8" -> raster_n(8)
 endfunction()
 
 function(coda_fused_op op)
-  # Parse: the op's keys, then per KERNEL clause k (0, 1, ...) the variables k<k>_<field>.
+  # Parse: the op's keys, then per KERNEL clause k (0, 1, ...) the variables k<k>_<field>. A key that takes one word
+  # (ARGS, NAMESPACE, LAYOUT, KERNEL's alias, VARIANT) refuses a second; each RULE takes exactly five.
   set(key "")
   set(n -1)
-  foreach(word IN LISTS ARGN)
+  set(words 0)  # the words after the current key
+  foreach(word IN LISTS ARGN ITEMS KERNEL)  # a trailing KERNEL closes the last RULE's count; dropped below
     if(word MATCHES "^(ARGS|NAMESPACE|LAYOUT|KERNEL|VARIANT|BF16|FP16|ACCEPT_SPILL|DEFAULT|RULE)$")
+      if(key STREQUAL "RULE" AND NOT words EQUAL 5)
+        _coda_registry_error(${op}
+                             "RULE takes \"<condition>\" <config> <raster> <swizzle> \"<why>\", got ${words} words")
+      endif()
       set(key ${word})
+      set(words 0)
       if(word STREQUAL "KERNEL")
         math(EXPR n "${n} + 1")
         foreach(field alias tag bf16 fp16 spill default rule)
@@ -97,13 +107,28 @@ function(coda_fused_op op)
       elseif(n LESS 0 AND NOT word MATCHES "^(ARGS|NAMESPACE|LAYOUT)$")
         _coda_registry_error(${op} "${word} before the first KERNEL")
       endif()
-    elseif(key STREQUAL "ARGS" OR key STREQUAL "NAMESPACE" OR key STREQUAL "LAYOUT")
+      continue()
+    endif()
+    math(EXPR words "${words} + 1")
+    if(key MATCHES "^(ARGS|NAMESPACE|LAYOUT|KERNEL|VARIANT)$" AND words GREATER 1)
+      _coda_registry_error(${op} "${key} takes one word, got a second: '${word}'")
+    endif()
+    if(key MATCHES "^(ARGS|NAMESPACE|LAYOUT)$")
+      if(NOT n LESS 0)
+        _coda_registry_error(${op} "${key} after the first KERNEL")
+      endif()
       set(op_${key} "${word}")
     elseif(key STREQUAL "KERNEL")
       set(k${n}_alias "${word}")
     elseif(key STREQUAL "VARIANT")
       set(k${n}_tag "${word}")
-    elseif(key STREQUAL "BF16" OR key STREQUAL "FP16" OR key STREQUAL "ACCEPT_SPILL" OR key STREQUAL "DEFAULT")
+    elseif(key MATCHES "^(BF16|FP16)$")
+      string(TOLOWER ${key} field)
+      if("${word}" IN_LIST k${n}_${field})
+        _coda_registry_error(${op} "${key} lists ${word} twice")
+      endif()
+      list(APPEND k${n}_${field} "${word}")
+    elseif(key STREQUAL "ACCEPT_SPILL" OR key STREQUAL "DEFAULT")
       string(TOLOWER ${key} field)
       string(REPLACE "accept_" "" field ${field})  # ACCEPT_SPILL -> spill
       list(APPEND k${n}_${field} "${word}")
@@ -113,9 +138,23 @@ function(coda_fused_op op)
       _coda_registry_error(${op} "unexpected '${word}'")
     endif()
   endforeach()
+  math(EXPR n "${n} - 1")  # the trailing KERNEL
   if(NOT DEFINED op_ARGS OR NOT DEFINED op_NAMESPACE OR NOT op_LAYOUT MATCHES "^(fwd|dgrad)$" OR n LESS 0)
     _coda_registry_error(${op} "needs ARGS, NAMESPACE, LAYOUT fwd|dgrad and at least one KERNEL")
   endif()
+  set(tags "")
+  foreach(k RANGE ${n})
+    if("${k${k}_alias}" STREQUAL "")
+      _coda_registry_error(${op} "KERNEL ${k} names no alias")
+    endif()
+    if(k GREATER 0 AND "${k${k}_tag}" STREQUAL "")
+      _coda_registry_error(${op} "KERNEL ${k${k}_alias} needs a VARIANT (its getters would be the first kind's)")
+    endif()
+    if(k GREATER 0 AND "${k${k}_tag}" IN_LIST tags)
+      _coda_registry_error(${op} "VARIANT ${k${k}_tag} twice")
+    endif()
+    list(APPEND tags "${k${k}_tag}")
+  endforeach()
   set(args ${op_ARGS})
   set(ns ${op_NAMESPACE})
   set(layout ${op_LAYOUT})
@@ -142,6 +181,9 @@ function(coda_fused_op op)
                          "ACCEPT_SPILL takes a config ${alias} compiles for bf16 and a byte count")
       list(GET spill 0 exempt)
       list(GET spill 1 bytes)
+      if(NOT bytes MATCHES "^[0-9]+$")
+        _coda_registry_error(${op} "ACCEPT_SPILL's byte count must be a number, got '${bytes}'")
+      endif()
     endif()
 
     # The instances.
@@ -222,10 +264,6 @@ gemm::KernelOps<${args}> const& ${getter}() {
     endif()
     set(body "")
     list(LENGTH rule count)
-    math(EXPR remainder "${count} % 5")
-    if(NOT remainder EQUAL 0)
-      _coda_registry_error(${op} "RULE takes \"<condition>\" <config> <raster> <swizzle> \"<why>\"")
-    endif()
     set(i 0)
     while(i LESS count)
       math(EXPR i1 "${i} + 1")
@@ -260,7 +298,11 @@ gemm::KernelOps<${args}> const& ${getter}() {
     if(NOT k EQUAL 0)
       set(name ${op}/${tag})
     endif()
-    set_property(GLOBAL APPEND PROPERTY CODA_FUSED_OP_POLICIES "${name}|${op}|${ns}::${chooser}")
+    set(has_fp16 true)
+    if("${fp16}" STREQUAL "")
+      set(has_fp16 false)
+    endif()
+    set_property(GLOBAL APPEND PROPERTY CODA_FUSED_OP_POLICIES "${name}|${op}|${ns}::${chooser}|${has_fp16}")
     string(APPEND choosers "
 /// ${alias}'s kernel and scheduler knobs for an M x N x K problem (op.cmake's tile policy): the kernel
 /// CODA_OP_CONFIG pins, else the first RULE that holds, else ${default_config} (${fp16_note}) at raster
@@ -297,10 +339,9 @@ ${declarations}${choosers}
   set_property(GLOBAL APPEND PROPERTY CODA_KERNEL_INSTANCES ${sources})
 endfunction()
 
-# After every op.cmake: the table of the pinnable ops and the list of generated sources.
-function(coda_fused_op_table)
+# The table of the pinnable ops and their policies by name.
+function(_coda_fused_op_tables)
   get_property(rows GLOBAL PROPERTY CODA_FUSED_OP_TABLE)
-  get_property(sources GLOBAL PROPERTY CODA_KERNEL_INSTANCES)
   set(most 0)
   set(text "")
   foreach(row IN LISTS rows)
@@ -338,8 +379,9 @@ ${text}};
     list(GET fields 0 name)
     list(GET fields 1 op)
     list(GET fields 2 chooser)
+    list(GET fields 3 has_fp16)
     list(APPEND policy_ops ${op})
-    string(APPEND entries "    {\"${name}\", [](bool fp16, int64_t M, int64_t N, int64_t K) {
+    string(APPEND entries "    {\"${name}\", ${has_fp16}, [](bool fp16, int64_t M, int64_t N, int64_t K) {
        auto const c = ${chooser}(fp16, M, N, K);
        return Choice{c.ops->info.config, c.knobs};
      }},\n")
@@ -365,6 +407,7 @@ struct Choice {
 };
 struct Policy {
   char const* name;
+  bool has_fp16;  ///< false: a bf16-only kind
   Choice (*choose)(bool fp16, int64_t M, int64_t N, int64_t K);
 };
 inline Policy const kPolicies[] = {
@@ -372,14 +415,12 @@ ${entries}};
 
 }  // namespace coda::ops::registry
 ")
-  list(JOIN sources "\n" lines)
-  file(CONFIGURE OUTPUT ${CODA_GENERATED_DIR}/kernel_sources.txt @ONLY CONTENT "${lines}\n")
 endfunction()
 
 # The plain GEMM's kernels (src/gemm/plain.cmake): coda_plain_gemm(<layout> <out dtype> <alias> <config>...), one
 # call per (layout, D element, epilogue kind), in dispatch order. Each config becomes
 # generated/gemm/<layout>_bf16_<out>_<config>.cu returning plain::<alias><gemm::config::<Config>, <Layout>, <D>>::ops()
-# (the aliases: gemm/plain_instance.hpp); coda_plain_gemm_table() writes their declarations
+# (the aliases: gemm/plain_instance.hpp); coda_registry_generate() writes their declarations
 # (generated/gemm/plain_instances.hpp) and the rows of the table gemm.cu dispatches and tunes from
 # (generated/gemm/plain_entries.inc).
 function(coda_plain_gemm layout out alias)
@@ -420,7 +461,7 @@ Ops const& ${getter}() { return ${alias}<config::${config_struct}, ${layout_type
   endforeach()
 endfunction()
 
-function(coda_plain_gemm_table)
+function(_coda_plain_gemm_tables)
   get_property(entries GLOBAL PROPERTY CODA_PLAIN_GEMM_ENTRIES)
   set(declarations "")
   set(rows "")
@@ -450,4 +491,14 @@ ${declarations}
   file(CONFIGURE OUTPUT ${CODA_GENERATED_DIR}/gemm/plain_entries.inc @ONLY CONTENT
 "// Generated by src/ops/registry.cmake from src/gemm/plain.cmake: do not edit. The rows of gemm.cu's kEntries.
 ${rows}")
+endfunction()
+
+# After every description (src/ops/*/op.cmake, src/gemm/plain.cmake): the tables, and the list of every generated
+# kernel instance.
+function(coda_registry_generate)
+  _coda_fused_op_tables()
+  _coda_plain_gemm_tables()
+  get_property(sources GLOBAL PROPERTY CODA_KERNEL_INSTANCES)
+  list(JOIN sources "\n" lines)
+  file(CONFIGURE OUTPUT ${CODA_GENERATED_DIR}/kernel_sources.txt @ONLY CONTENT "${lines}\n")
 endfunction()

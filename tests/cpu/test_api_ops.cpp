@@ -875,10 +875,18 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_residual_rmsnorm", CODA_BF16, 1000, 4096, 14336, pp},
       {"linear_residual_rmsnorm", CODA_BF16, 1000, 8192, 28672, coop_n8.c_str()},
       {"linear_residual_rmsnorm", CODA_FP16, 8192, 4096, 14336, pp},
+      {"linear_residual_rmsnorm", CODA_FP16, 8192, 4096, 4096, "pp_128x128x64_c2x1:raster=n"},
+      {"linear_residual_rmsnorm", CODA_BF16, 8192, 4096, 8192, "pp_128x128x64_c2x1:raster=n"},   // K == 2N
+      {"linear_residual_rmsnorm", CODA_BF16, 4096, 4096, 8200, coop_n8.c_str()},                 // M == 4096
+      {"linear_residual_rmsnorm", CODA_BF16, 4095, 4096, 8200, pp},
+      {"linear_residual_rmsnorm", CODA_BF16, 4095, 4096, 16384, coop_n8.c_str()},                // K == 16384
       // F3: pingpong 128x192 raster N, raster M from K = 8192; fp16 pingpong 128x128.
       {"linear_rowscale_swiglu", CODA_BF16, 8192, 28672, 4096, "pp_128x192x64_c2x1:raster=n,swizzle=8"},
       {"linear_rowscale_swiglu", CODA_BF16, 8192, 57344, 8192, "pp_128x192x64_c2x1:raster=m,swizzle=8"},
       {"linear_rowscale_swiglu", CODA_FP16, 8192, 57344, 8192, pp_n8.c_str()},
+      {"linear_rowscale_swiglu", CODA_BF16, 8192, 57344, 8191, "pp_128x192x64_c2x1:raster=n,swizzle=8"},
+      {"linear_rowscale", CODA_BF16, 8192, 16383, 4096, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
+      {"linear_rowscale", CODA_BF16, 8192, 16384, 4096, pp_n8.c_str()},
       // F4.
       {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, pp_n8.c_str()},
       // F5: with logits raster N; without, swizzle 8 and cooperative from K = 8192 (bf16).
@@ -886,16 +894,21 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 4096, pp_n8.c_str()},
       {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 8192, coop_n8.c_str()},
       {"linear_rowscale_lse/nologits", CODA_FP16, 8192, 128256, 8192, pp_n8.c_str()},
+      {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 8191, pp_n8.c_str()},
       // B2 (K = Nd): cooperative from K = 8192, the row-scaled twins alike.
       {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 28672, coop_n8.c_str()},
       {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 6144, pp_n8.c_str()},
       {"linear_residual_rmsnorm_bwd", CODA_FP16, 8192, 4096, 28672, pp_n8.c_str()},
       {"linear_residual_rmsnorm_bwd/rowscaled", CODA_BF16, 8192, 2048, 128256, coop_n8.c_str()},
       {"linear_residual_rmsnorm_bwd/rowscaled", CODA_BF16, 8192, 2048, 4096, pp_n8.c_str()},
+      {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 8191, pp_n8.c_str()},
+      {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 8192, coop_n8.c_str()},
       // B3 (M x F x d): 128x192 with 64x16 subtiles from d = 4096 and M = 4096 (bf16).
       {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 14336, 4096, "pp_128x192x64_c2x1_e16:raster=n,swizzle=8"},
       {"linear_swiglu_bwd_zdz", CODA_BF16, 4095, 14336, 4096, pp_n8.c_str()},
       {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 8192, 2048, pp_n8.c_str()},
+      {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 14336, 4095, pp_n8.c_str()},
+      {"linear_swiglu_bwd_zdz", CODA_BF16, 4096, 14336, 4096, "pp_128x192x64_c2x1_e16:raster=n,swizzle=8"},
       {"linear_swiglu_bwd_zdz", CODA_FP16, 8192, 14336, 4096, pp_n8.c_str()},
   };
   for (Case const& c : cases) {
@@ -911,6 +924,11 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
                  "pp_128x128x64_c2x1:raster=m");
     EXPECT_STREQ(coda_fused_op_choice("linear_rowscale", CODA_BF16, 8192, 28672, 4096), pp_n8.c_str());
   }
+  {  // since the registry a pin applies to B2's row-scaled twins too (the hand-written dispatcher overrode it)
+    OpConfigEnv const env("linear_residual_rmsnorm_bwd=pp_128x128x64_c2x1:raster=m,swizzle=2");
+    EXPECT_STREQ(coda_fused_op_choice("linear_residual_rmsnorm_bwd/rowscaled", CODA_BF16, 8192, 2048, 128256),
+                 "pp_128x128x64_c2x1:raster=m,swizzle=2");
+  }
   {
     OpConfigEnv const env("linear_rowscale=pp_64x256x64_c2x1");
     EXPECT_EQ(coda_fused_op_choice("linear_rowscale", CODA_BF16, 8192, 28672, 4096), nullptr);
@@ -924,5 +942,7 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
   EXPECT_EQ(coda_fused_op_choice("linear_rowscale", CODA_BF16, -1, 8, 8), nullptr);
   EXPECT_NE(std::string(coda_last_error()).find("M, N, K"), std::string::npos) << coda_last_error();
   EXPECT_EQ(coda_fused_op_choice("linear_residual_rmsnorm_bwd/rowscaled", CODA_FP16, 8, 8, 8), nullptr);
-  EXPECT_NE(std::string(coda_last_error()).find("no fp16 build"), std::string::npos) << coda_last_error();
+  EXPECT_NE(std::string(coda_last_error()).find("dtype: linear_residual_rmsnorm_bwd/rowscaled"), std::string::npos)
+      << coda_last_error();
+  EXPECT_NE(std::string(coda_last_error()).find("bf16 only"), std::string::npos) << coda_last_error();
 }

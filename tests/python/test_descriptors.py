@@ -51,6 +51,9 @@ def test_block_structs_carry_their_size():
     assert _C.BlockConfig().struct_size == ctypes.sizeof(_C.BlockConfig) == 40
     for cls in (_C.BlockWeights, _C.BlockGrads, _C.BlockSaved):
         assert cls().struct_size == ctypes.sizeof(cls) == 8 + 6 * ctypes.sizeof(_C.Tensor), cls.__name__
+    assert _C.BlockConfig(hidden_size=64, eps=1e-5).hidden_size == 64
+    with pytest.raises(TypeError):
+        _C.BlockConfig(64)  # positionally the first field would be struct_size
 
 
 def test_desc_rejects_dtype_and_rank():
