@@ -1,4 +1,4 @@
-// B2's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory): a tree of
+// B2's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake): a tree of
 // stock nodes and taps (src/epilogue/tap.hpp), all in fp32:
 //
 //   c  = x * rstd                                           x through the aux load, rstd per row

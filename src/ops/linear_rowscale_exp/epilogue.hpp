@@ -1,5 +1,5 @@
-// The exponential-form LM-head logits program (CUTLASS-heavy; include only from the per-kernel .cu files of this
-// directory):
+// The exponential-form LM-head logits program (CUTLASS-heavy; included only by the instances generated from
+// op.cmake):
 //
 //   D = R(ExpCe(acc))     l = rstd acc in fp32, then s (.) exp(c - K), one rounding to bf16; partials
 //                         (epilogue/exp_ce.hpp); kMaskColumns: columns >= vocab left out of the partials

@@ -1,4 +1,4 @@
-// B3's epilogue program (CUTLASS-heavy; include only from the per-config .cu files of this directory):
+// B3's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
 //   Sm90SwigluBwdPair(acc, C)  -> D = y
 // C is z viewed as [M, F] 32-bit words (ElementC = float as a container of the (g, u) bits; the op sets C = z,
 // ldc = ldz / 2), so the producer warp loads it through TMA during the mainloop. The node writes dz and the zdz
