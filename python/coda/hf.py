@@ -1,4 +1,5 @@
-"""Hugging Face transformers integration: coda.patch_llama(model) switches a LlamaForCausalLM to CODA kernels.
+"""Hugging Face transformers integration: coda.patch_llama(model) switches a LlamaForCausalLM to CODA kernels,
+coda.patch_qwen3(model) a (dense) Qwen3ForCausalLM.
 
 What changes: the model's forward (training and full-sequence inference) runs as CODA blocks:
   embeddings -> rmsnorm_prepare + rms_norm_qkv_rope (layer 0's q/k/v)
@@ -12,6 +13,10 @@ are untouched; the CODA layouts are built from them on each forward, a weight-si
 maps back), the config (rope scaling through the model's own inv_freq, rms_norm_eps, tie_word_embeddings), and
 .generate(): decoding with a KV cache (cache / use_cache=True), output_attentions or output_hidden_states run HF's
 original forward on the same weights.
+Qwen3 (QK-norm: a per-head RMSNorm of q and k before RoPE) runs the same way except for the attention input: each
+layer's q/k/v come from ops.rms_norm_qkv_qk_norm_rope (the GEMM fused with the input norm, the per-head norm and RoPE
+in PyTorch until their fused epilogue lands), and the layers run F1 + the SwiGLU MLP one by one (no cross-layer
+block).
 """
 from __future__ import annotations
 
@@ -28,6 +33,9 @@ from .models.stack import LayerWeights, cast, causal_lm_head, compute_dtype, lay
 
 
 def _unsupported(config):
+    if getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None)
+                                                                                or ()):
+        return "sliding-window attention (CODA's layers run full causal attention)"
     if getattr(config, "attention_bias", False):
         return "attention_bias=True (CODA's projections have no bias)"
     if getattr(config, "mlp_bias", False):
@@ -44,21 +52,43 @@ def patch_llama(model):
     """Switches a transformers LlamaForCausalLM (or a model of the same structure) to CODA kernels, in place.
 
     Returns the model. Raises ValueError when the config has something CODA does not implement (biases, an
-    activation other than silu, head_dim other than 64/128, a RoPE with attention scaling != 1); nothing is changed
-    then. The CUDA path needs the model in bfloat16 or float16 on an sm_90 GPU; on the CPU the same code runs
-    CODA's float64 reference. Calling it twice is harmless. coda.unpatch_llama(model) restores HF's forward.
+    activation other than silu, head_dim other than 64/128, a RoPE with attention scaling != 1, sliding-window
+    attention) or the attention has a QK-norm (use patch_qwen3); nothing is changed then. The CUDA path needs the
+    model in bfloat16 or float16 on an sm_90 GPU; on the CPU the same code runs CODA's float64 reference. Calling it
+    twice is harmless. coda.unpatch_llama(model) restores HF's forward.
     """
+    return _patch(model, "patch_llama", "LlamaForCausalLM", qk_norm=False)
+
+
+def patch_qwen3(model):
+    """Switches a transformers Qwen3ForCausalLM (dense; or a model of the same structure: LLaMA with a per-head
+    RMSNorm of q and k before RoPE) to CODA kernels, in place, with patch_llama's guarantees: the same parameters
+    (state_dict, save_pretrained, optimizers), .generate() on HF's forward, torch.compile, FSDP2 per layer,
+    refusal of what CODA does not implement (as patch_llama, and a model without q_norm / k_norm: use patch_llama)
+    with the reason, nothing changed then. coda.unpatch_qwen3(model) restores HF's forward.
+    """
+    return _patch(model, "patch_qwen3", "Qwen3ForCausalLM", qk_norm=True)
+
+
+def _has_qk_norm(model):
+    return any(hasattr(layer.self_attn, "q_norm") for layer in _decoder_layers(model))
+
+
+def _patch(model, name, kind, qk_norm):
     if getattr(model, "_coda_original_forward", None) is not None:
         return model
     for attr in ("model", "lm_head", "config"):
         if not hasattr(model, attr):
-            raise TypeError(f"coda.patch_llama: `model` must be a LlamaForCausalLM (no .{attr})")
+            raise TypeError(f"coda.{name}: `model` must be a {kind} (no .{attr})")
     reason = _unsupported(model.config)
+    if reason is None and _has_qk_norm(model) != qk_norm:
+        reason = ("its attention normalises q and k per head (QK-norm): use coda.patch_qwen3" if not qk_norm else
+                  "its attention has no q_norm / k_norm (no QK-norm): use coda.patch_llama")
     if reason is not None:
-        raise ValueError(f"coda.patch_llama: this model is not supported: {reason}")
+        raise ValueError(f"coda.{name}: this model is not supported: {reason}")
     scaling = getattr(model.model.rotary_emb, "attention_scaling", 1.0)
     if scaling != 1.0:
-        raise ValueError(f"coda.patch_llama: RoPE attention_scaling={scaling} is not supported (1.0 only; e.g. "
+        raise ValueError(f"coda.{name}: RoPE attention_scaling={scaling} is not supported (1.0 only; e.g. "
                          "'llama3' and 'linear' scaling are, 'yarn' is not)")
     model._coda_original_forward = model.forward
     model.forward = types.MethodType(_forward, model)
@@ -71,7 +101,7 @@ def patch_llama(model):
 
 
 def unpatch_llama(model):
-    """Undoes patch_llama (the parameters were never changed)."""
+    """Undoes patch_llama or patch_qwen3 (the parameters were never changed)."""
     original = getattr(model, "_coda_original_forward", None)
     if original is not None:
         model.forward = original
@@ -117,7 +147,7 @@ def _layer_forward(self, *args, _coda=None, **kwargs):
         hq, hkv, hd = _coda.heads
         inv_freq = self._coda_inv_freq(x.device)
         builds = _layout_builds(self, hd)
-        w = _layer_weights(self, builds, x.dtype)
+        w = _layer_weights(self, builds, x.dtype, hd)
         with _layout_copies_recomputed(w, builds, x.dtype) if not _saved_tensor_hooks_active() else nullcontext():
             return layer_forward(x, _coda.positions, inv_freq, w, _coda.attention_mask, hq, hkv, hd, _coda.eps,
                                  _coda.dropout)
@@ -192,13 +222,18 @@ def _layout_builds(layer, hd):
     return (lambda: layout.qkv_weight(q, k, v, hd)), (lambda: layout.interleave_gate_up(g, u))
 
 
-def _layer_weights(layer, builds, dt):
+def _layer_weights(layer, builds, dt, hd):
     """One HF decoder layer's weights in CODA's layouts and the compute dtype (a weight-sized gather per forward,
-    whose gradient autograd maps back to the HF parameters)."""
+    whose gradient autograd maps back to the HF parameters); with QK-norm also its q_norm / k_norm weights in the
+    RoPE-paired order of W_qkv's q/k rows."""
     qkv, gu = builds
+    attn = layer.self_attn
+    norms = ()
+    if hasattr(attn, "q_norm"):
+        norms = tuple(layout.pair_rope_rows(n.weight[:, None], hd)[:, 0] for n in (attn.q_norm, attn.k_norm))
     return LayerWeights(*(cast(t, dt) for t in (
-        layer.input_layernorm.weight, qkv(), layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
-        gu(), layer.mlp.down_proj.weight)))
+        layer.input_layernorm.weight, qkv(), attn.o_proj.weight, layer.post_attention_layernorm.weight,
+        gu(), layer.mlp.down_proj.weight, *norms)))
 
 
 def _per_layer(model, layers):
@@ -250,7 +285,7 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
             x = module(x, _coda=call)
         norm_cache = ops.rmsnorm_prepare(x, gamma_f, eps)
     else:
-        layers = [_layer_weights(layer, _layout_builds(layer, hd), dt) for layer in modules]
+        layers = [_layer_weights(layer, _layout_builds(layer, hd), dt, hd) for layer in modules]
         x, norm_cache = run_layers(x, position_ids.expand(B, S), body.rotary_emb.inv_freq.to(x.device), layers,
                                    gamma_f, attention_mask, hq, hkv, hd, eps, dropout)
     loss, logits = causal_lm_head(x, norm_cache, gamma_f, cast(self.lm_head.weight, dt), eps, labels,
@@ -261,3 +296,6 @@ def _forward(self, input_ids=None, attention_mask=None, position_ids=None, cache
     if not return_dict:
         return tuple(t for t in (loss, logits) if t is not None)
     return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+
+unpatch_qwen3 = unpatch_llama

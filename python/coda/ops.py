@@ -29,8 +29,8 @@ from . import _check as check
 from . import _library as lib
 
 __all__ = [
-    "rmsnorm_prepare", "linear_residual_rmsnorm", "rms_norm_linear", "rms_norm_qkv_rope", "swiglu_mlp", "block",
-    "linear_cross_entropy", "cross_entropy",
+    "rmsnorm_prepare", "linear_residual_rmsnorm", "rms_norm_linear", "rms_norm_qkv_rope", "rms_norm_qkv_qk_norm_rope",
+    "swiglu_mlp", "block", "linear_cross_entropy", "cross_entropy",
 ]
 
 
@@ -222,6 +222,56 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
     qkv = lib.rms_norm_qkv_rope(x2, gamma, w_qkv, h, rstd, pos, inv, int(n_q_heads), int(n_kv_heads),
                                 int(head_dim))
     return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
+
+
+def _qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim):
+    """MATH.md "F4 with QK-norm" after the GEMM, in PyTorch (differentiable): each q and k head of z [..., W]
+    RMS-normalised over its head_dim columns and scaled by q_gamma or k_gamma (paired layout), then rotated as F4
+    rotates; v passes through. fp32 on CUDA (rounded once to z's dtype at the end), float64 on the CPU."""
+    cdt = torch.float32 if z.is_cuda else torch.float64
+    n_rot = n_q_heads + n_kv_heads
+    u = z[..., : n_rot * head_dim].to(cdt).unflatten(-1, (n_rot, head_dim))
+    r = torch.rsqrt(u.square().mean(dim=-1, keepdim=True) + eps)
+    g = torch.cat((q_gamma.to(cdt).expand(n_q_heads, head_dim), k_gamma.to(cdt).expand(n_kv_heads, head_dim)))
+    n = (u * r * g).unflatten(-1, (head_dim // 2, 2))  # [..., heads, hd/2, 2]: the rotary pairs
+    # Angles in float64 (positions up to 2^24 times inv_freq up to 1), their cos/sin in the compute dtype.
+    theta = positions.to(torch.float64)[..., None] * inv_freq.to(torch.float64)  # [..., hd/2]
+    cos, sin = torch.cos(theta).to(cdt)[..., None, :], torch.sin(theta).to(cdt)[..., None, :]
+    even, odd = n[..., 0], n[..., 1]
+    rotated = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-3)
+    return torch.cat((rotated.to(z.dtype), z[..., n_rot * head_dim:]), dim=-1)
+
+
+@_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale={**_CACHE, "w": "w_qkv"})
+def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
+                              head_dim, eps=1e-6, qk_eps=None, *, cache=None):
+    """F4 with QK-norm (Qwen3, OLMo-2 style; MATH.md "F4 with QK-norm"): qkv = RoPE(qk_norm(rmsnorm(x) w_qkv^T)),
+    where qk_norm RMS-normalises each q head with q_gamma and each k head with k_gamma over its head_dim columns
+    (epsilon qk_eps, default eps); v passes through.
+
+    Arguments as rms_norm_qkv_rope, plus q_gamma, k_gamma [head_dim] in the paired layout (coda.layout.pair_rope_rows
+    applied to a [head_dim, 1] view of HF's q_norm / k_norm weight; the per-head mean does not depend on the order).
+    Returns qkv as rms_norm_qkv_rope does. The GEMM runs fused with the input norm (rms_norm_linear: F2, backward
+    B2); the per-head norm and RoPE run as PyTorch operations in fp32 until their fused epilogue (issue 25) lands.
+    """
+    op = "rms_norm_qkv_qk_norm_rope"
+    _norm_args(op, x, gamma, w_qkv, eps, ("x", "gamma", "w_qkv"))
+    check.heads(op, w_qkv.shape[0], n_q_heads, n_kv_heads, head_dim)
+    check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
+    check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
+    for name, t in (("q_gamma", q_gamma), ("k_gamma", k_gamma)):
+        check.tensor(op, name, t, rank=1, floating=True)
+        check.size(op, name, t, 0, head_dim, "head_dim")
+    check.same_device(op, x=x, positions=positions, inv_freq=inv_freq, q_gamma=q_gamma, k_gamma=k_gamma)
+    check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
+    if positions.shape != x.shape[:-1]:
+        raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x.shape[:-1])} (one per token), got "
+                         f"{tuple(positions.shape)}")
+    qk_eps = eps if qk_eps is None else qk_eps
+    check.positive(op, "qk_eps", qk_eps)
+    z = rms_norm_linear(x, gamma, w_qkv, eps, cache=cache)
+    return _qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, float(qk_eps), int(n_q_heads), int(n_kv_heads),
+                         int(head_dim))
 
 
 @_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_swiglu={**_CACHE, "w_gu": "w_gu"},

@@ -34,6 +34,8 @@ class LayerWeights(NamedTuple):
     gamma_post: torch.Tensor  # [d] post-attention (MLP) RMSNorm
     w_gu: torch.Tensor       # [2F, d] gate/up interleaved
     w_down: torch.Tensor     # [d, F]
+    q_gamma: torch.Tensor | None = None  # [hd] per-head q RMSNorm (QK-norm: Qwen3), RoPE-paired; None: no QK-norm
+    k_gamma: torch.Tensor | None = None  # [hd] the same for k
 
 
 def attention(qkv, attention_mask, hq, hkv, hd, dropout):
@@ -57,14 +59,34 @@ def attention(qkv, attention_mask, hq, hkv, hd, dropout):
     return y.transpose(1, 2).reshape(B, S, hq * hd)
 
 
+def qkv_projection(x, w, positions, inv_freq, hq, hkv, hd, eps, cache):
+    """A layer's attention input from its residual stream x: rms_norm_qkv_rope, or with QK-norm (w.q_gamma set)
+    rms_norm_qkv_qk_norm_rope. cache: (h, rstd) of x's norm with w.gamma_in."""
+    if w.q_gamma is None:
+        return ops.rms_norm_qkv_rope(x, w.gamma_in, w.w_qkv, positions, inv_freq, hq, hkv, hd, eps, cache=cache)
+    return ops.rms_norm_qkv_qk_norm_rope(x, w.gamma_in, w.w_qkv, w.q_gamma, w.k_gamma, positions, inv_freq, hq, hkv,
+                                         hd, eps, cache=cache)
+
+
 def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, hkv, hd, eps, dropout=0.0):
     """x [B, S, d] embeddings -> (x_out [B, S, d], (h, rstd) of the final norm). positions [B, S]; inv_freq [hd/2]
     fp32; layers: LayerWeights per layer."""
     # Once per step: int32 and contiguous, so each layer's op takes it as is (no cast or copy kernel per layer).
     positions = positions.to(torch.int32).contiguous()
     first = layers[0]
-    qkv = ops.rms_norm_qkv_rope(x, first.gamma_in, first.w_qkv, positions, inv_freq, hq, hkv, hd, eps,
-                                cache=ops.rmsnorm_prepare(x, first.gamma_in, eps))
+    qkv = qkv_projection(x, first, positions, inv_freq, hq, hkv, hd, eps, ops.rmsnorm_prepare(x, first.gamma_in, eps))
+    if first.q_gamma is not None:
+        # QK-norm: no fused block (its F4 has no per-head norm yet); F1, the MLP and the next layer's projection
+        # from the MLP's fused norm, per layer.
+        for i, layer in enumerate(layers):
+            y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
+            x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, layer.w_o, x, layer.gamma_post, eps)
+            nxt = layers[i + 1] if i + 1 < len(layers) else None
+            x, norm_cache = ops.swiglu_mlp(x1, layer.gamma_post, layer.w_gu, layer.w_down, eps, cache=(h1, rstd1),
+                                           next_gamma=gamma_final if nxt is None else nxt.gamma_in)
+            if nxt is not None:
+                qkv = qkv_projection(x, nxt, positions, inv_freq, hq, hkv, hd, eps, norm_cache)
+        return x, norm_cache
     for i, layer in enumerate(layers):
         y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
         if i + 1 < len(layers):
@@ -90,8 +112,7 @@ def layer_forward(x, positions, inv_freq, w, attention_mask, hq, hkv, hd, eps, d
     The path for layers called one by one (FSDP2 per layer, checkpoint wrappers, hooks, HF's gradient
     checkpointing): FSDP2 gathers a layer's weights around that call only, so nothing may read the next layer's.
     Costs one rmsnorm_prepare per layer (a read of the activations) over run_layers' cross-layer blocks."""
-    qkv = ops.rms_norm_qkv_rope(x, w.gamma_in, w.w_qkv, positions, inv_freq, hq, hkv, hd, eps,
-                                cache=ops.rmsnorm_prepare(x, w.gamma_in, eps))
+    qkv = qkv_projection(x, w, positions, inv_freq, hq, hkv, hd, eps, ops.rmsnorm_prepare(x, w.gamma_in, eps))
     y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
     x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, w.w_o, x, w.gamma_post, eps)
     return ops.swiglu_mlp(x1, w.gamma_post, w.w_gu, w.w_down, eps, cache=(h1, rstd1))[0]
