@@ -5,6 +5,7 @@
                                               # order: both loss curves in one PNG and a summary table
     python -m coda.train --baseline torch --compile    # only the PyTorch baseline, torch.compile'd
     python -m coda.train --config llama3-1b --steps 50 --batch-size 4 --seq-len 8192   # throughput at 1B shape
+    python -m coda.train --model qwen3 --compare  # a Qwen3-style model (QK-norm): HF's, patched (coda.patch_qwen3)
     torchrun --nproc-per-node 8 -m coda.train  # data parallel over 8 GPUs: FSDP2 (fully_shard per layer and root)
 
 Every non-attention op of the CODA model (norms, projections with RoPE, SwiGLU MLP, residuals, LM head + loss, and
@@ -70,8 +71,12 @@ def tokenize(text: str, kind: str, vocab_size: int, out: Path, save: bool = True
     return ids, vocab_size, tok
 
 
-def make_model(kind, cfg_name, vocab, seed, device, compile_):
-    """CODA's model, or the identical HF LlamaForCausalLM loaded from its state dict (same initial weights)."""
+def make_model(kind, cfg_name, vocab, seed, device, compile_, family="llama"):
+    """CODA's model, or the identical HF LlamaForCausalLM loaded from its state dict (same initial weights). Family
+    qwen3: HF's Qwen3ForCausalLM (QK-norm) of the same shape, patched with coda.patch_qwen3 for CODA (the same seed,
+    so the same initial weights either way)."""
+    if family == "qwen3":
+        return _make_qwen3(kind, cfg_name, vocab, seed, device, compile_)
     from .models.llama import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=vocab, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
                       **CONFIGS[cfg_name])
@@ -92,6 +97,22 @@ def make_model(kind, cfg_name, vocab, seed, device, compile_):
         model = transformers.LlamaForCausalLM(hf_cfg).to(device)
         model.load_state_dict(coda_model.state_dict(), strict=True)
         del coda_model
+    model.train()
+    fwd = torch.compile(model) if compile_ else model
+    return model, fwd, cfg
+
+
+def _make_qwen3(kind, cfg_name, vocab, seed, device, compile_):
+    import transformers
+
+    from .hf import patch_qwen3
+    cfg = transformers.Qwen3Config(vocab_size=vocab, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                   tie_word_embeddings=True, max_position_embeddings=131072,
+                                   attn_implementation="sdpa", use_cache=False, **CONFIGS[cfg_name])
+    torch.manual_seed(seed)
+    model = transformers.Qwen3ForCausalLM(cfg).to(device)
+    if kind == "coda":
+        patch_qwen3(model)
     model.train()
     fwd = torch.compile(model) if compile_ else model
     return model, fwd, cfg
@@ -168,22 +189,23 @@ def batches(ids, batch, seq, seed, device):
         yield torch.stack([ids[s:s + seq] for s in starts]).to(device, non_blocking=True)
 
 
-def forward(fwd, kind, x, device, dtype):
+def forward(fwd, kind, x, device, dtype, hf=False):
     """The training loss of one batch: CODA's model computes in `dtype` (its kernels' dtype); the PyTorch baseline
-    runs under torch.autocast to it."""
-    with torch.autocast(device.type, dtype, enabled=kind == "torch" and dtype != torch.float32):
-        return fwd(input_ids=x, labels=x) if kind == "torch" else fwd(x, labels=x, compute_dtype=dtype)
+    and an HF model patched for CODA (hf: --model qwen3) run under torch.autocast to it."""
+    hf = hf or kind == "torch"
+    with torch.autocast(device.type, dtype, enabled=hf and dtype != torch.float32):
+        return fwd(input_ids=x, labels=x) if hf else fwd(x, labels=x, compute_dtype=dtype)
 
 
 @torch.no_grad()
-def evaluate(fwd, kind, val_ids, batch, seq, n_batches, device, dtype, rank):
+def evaluate(fwd, kind, val_ids, batch, seq, n_batches, device, dtype, rank, hf=False):
     """Mean loss over n_batches fixed validation batches of this process (rank r draws its own fixed stream, so the
     processes together see n_batches x world batches; rank 0's are those of a single-process run)."""
     loss = 0.0
     it = batches(val_ids, batch, seq, 1234 + rank, device)
     for _ in range(n_batches):
         x = next(it)
-        loss += forward(fwd, kind, x, device, dtype).loss.float().item()
+        loss += forward(fwd, kind, x, device, dtype, hf).loss.float().item()
     return loss / n_batches
 
 
@@ -197,7 +219,8 @@ def lr_at(step, steps, base, warmup):
 def run(args, kind, ids_train, ids_val, vocab, out: Path, env: Dist):
     device, rank, cuda = env.device, env.rank, env.device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
-    model, fwd, cfg = make_model(kind, args.config, vocab, args.seed, device, False)
+    model, fwd, cfg = make_model(kind, args.config, vocab, args.seed, device, False, args.model)
+    hf = args.model != "llama"  # an HF model (patched for CODA): called as HF's, under autocast
     if env.on:
         shard(model, dtype, device)
     fwd = torch.compile(model) if args.compile else model
@@ -220,7 +243,7 @@ def run(args, kind, ids_train, ids_val, vocab, out: Path, env: Dist):
         x = next(data)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        out_ = forward(fwd, kind, x, device, dtype)
+        out_ = forward(fwd, kind, x, device, dtype, hf)
         out_.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -237,7 +260,7 @@ def run(args, kind, ids_train, ids_val, vocab, out: Path, env: Dist):
             rec["loss"] = env.mean(out_.loss.float().item())
             if step % args.eval_every == 0 or step == args.steps - 1:
                 val = env.mean(evaluate(fwd, kind, ids_val, args.batch_size, args.seq_len, args.eval_batches, device,
-                                        dtype, rank))
+                                        dtype, rank, hf))
                 rec["val_loss"] = val
                 t_last = (time.perf_counter(), step)  # evaluation is not training time
             tps = timed_tokens / timed_s if timed_s else float("nan")
@@ -251,7 +274,8 @@ def run(args, kind, ids_train, ids_val, vocab, out: Path, env: Dist):
                                 **({"mem": f"{mem:.1f}G"} if cuda else {}))
     if log is not None:
         log.close()
-    summary = dict(model=name, config=args.config, steps=args.steps, tokens_per_step=tokens, processes=env.world,
+    summary = dict(model=name, family=args.model, config=args.config, steps=args.steps, tokens_per_step=tokens,
+                   processes=env.world,
                    final_train_loss=rec["loss"], final_val_loss=val,
                    tokens_per_s=timed_tokens / timed_s if timed_s else None,
                    peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan"),
@@ -269,8 +293,14 @@ def run(args, kind, ids_train, ids_val, vocab, out: Path, env: Dist):
 def save_checkpoint(state, cfg, path: Path):
     """HF layout: transformers' save_pretrained of an HF LlamaForCausalLM holding the same weights, or the state
     dict (already in HF names and layouts: CODA's model's state_dict, whole CPU tensors) with torch.save when
-    transformers is missing."""
+    transformers is missing. cfg: CODA's LlamaConfig, or a transformers config (--model qwen3)."""
     path.mkdir(parents=True, exist_ok=True)
+    if hasattr(cfg, "to_json_string"):  # a transformers config: the HF model class of its architecture
+        import transformers
+        hf = transformers.AutoModelForCausalLM.from_config(cfg)
+        hf.load_state_dict(state, strict=True)
+        hf.save_pretrained(path)
+        return
     try:
         import transformers
     except ImportError:
@@ -329,6 +359,10 @@ def parser():
                         "on the corpus (default: %(default)s)")
     p.add_argument("--vocab-size", type=int, default=4096, metavar="N",
                    help="BPE vocabulary size (with --tokenizer bpe; default: %(default)s)")
+    p.add_argument("--model", choices=["llama", "qwen3"], default="llama",
+                   help="architecture: llama (CODA's model; baseline HF LlamaForCausalLM) or qwen3 (HF's "
+                        "Qwen3ForCausalLM, patched with coda.patch_qwen3; baseline the same model unpatched; needs "
+                        "transformers) (default: %(default)s)")
     p.add_argument("--config", choices=sorted(CONFIGS), default="small",
                    help="model shape: " + "; ".join(
                        f"{k}: d {v['hidden_size']}, {v['num_hidden_layers']} layers, {v['num_attention_heads']} "
@@ -400,7 +434,7 @@ def main(argv=None):
         raise SystemExit(f"coda.train: the corpus is too small for --seq-len {args.seq_len}")
     if lead:
         print(f"coda.train: {data.name}: {ids.numel():,} tokens (vocab {vocab}), {train_ids.numel():,} train / "
-              f"{val_ids.numel():,} validation; config {args.config}, {args.steps} steps x "
+              f"{val_ids.numel():,} validation; {args.model} config {args.config}, {args.steps} steps x "
               f"{args.batch_size * args.seq_len * env.world:,} tokens"
               + (f" ({env.world} processes, FSDP2)" if env.on else ""))
     kinds = ["coda", "torch"] if args.compare else [args.baseline]
