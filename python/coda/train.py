@@ -348,7 +348,8 @@ def parser():
         prog="python -m coda.train", description=__doc__.split("\n\n")[0],
         epilog="Examples:\n" + __doc__.split("\n\n")[1] + "\n\nOutput folder (--out): losses_<model>.jsonl, summary.json, "
         "summary.md, loss.png, tokenizer.json (bpe) and checkpoint/ (config.json + model.safetensors, loadable with "
-        "transformers.LlamaForCausalLM.from_pretrained).",
+        "transformers.AutoModelForCausalLM.from_pretrained: a LlamaForCausalLM, or a Qwen3ForCausalLM with --model "
+        "qwen3).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=None, metavar="FILE",
                    help="UTF-8 text file to train on (default: $CODA_DATA, else tinyshakespeare.txt from "
@@ -383,7 +384,8 @@ def parser():
                    help="seed of the initial weights and of the batch order (default: %(default)s)")
     p.add_argument("--baseline", choices=["coda", "torch"], default="coda",
                    help="which implementation to train: coda (CODA's kernels) or torch (HF transformers' "
-                        "LlamaForCausalLM under torch.autocast, from the same initial weights; default: %(default)s)")
+                        "LlamaForCausalLM, or Qwen3ForCausalLM with --model qwen3, under torch.autocast, from the "
+                        "same initial weights; default: %(default)s)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
     p.add_argument("--compare", action="store_true",
                    help="train CODA, then the torch baseline, and plot both loss curves (default: off)")

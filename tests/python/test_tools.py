@@ -148,6 +148,20 @@ def test_test_summary_prints_each_pytest_skip_reason_once_with_a_count(tmp_path)
                                      "== 2 Python tests skipped: needs transformers"], r.stdout
 
 
+def test_train_with_torch_but_no_gpu_installs_nothing(tmp_path):
+    """With torch importable but another dependency missing (a tqdm whose import fails), tools/train asks torch for the
+    GPU before it would install anything, and stops there."""
+    fake = tmp_path / "site" / "tqdm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no tqdm here (test)')\n")
+    env = dict(_no_gpu_env(tmp_path), PYTHONPATH=str(tmp_path / "site"), PIP_NO_INDEX="1")
+    r = subprocess.run([str(TOOLS / "train")], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "no CUDA GPU" in r.stderr, r.stderr
+    assert "install-deps" not in r.stdout + r.stderr.split("Without such a GPU")[0], r.stdout + r.stderr
+    assert not (tmp_path / "build").exists()
+
+
 def test_train_without_torch_or_a_gpu_installs_nothing(tmp_path):
     """Issue 24, item 9: without torch and without nvidia-smi, tools/train says there is no GPU before installing
     the Python dependencies (an import of torch that fails stands for a machine without it; pip may not reach an
