@@ -204,3 +204,19 @@ def check_reduced_loss(coda_fn, plain_fn, inputs, reduction, dtype=torch.bfloat1
     print(f"  {reduction} loss: coda {e:.3e}  unfused row budget {budget.item():.3e}  2 ulp {ulps:.3e}")
     assert e <= 2 * budget.item() + ulps + 1e-6, \
         f"{reduction} loss: {e:.3e} > 2 x {budget.item():.3e} + {ulps:.3e} + 1e-6"
+
+
+def tiny_corpus(folder):
+    """A few hundred lines of a 16-word vocabulary in folder/corpus.txt (for python -m coda.train runs in seconds)."""
+    import random
+    rnd = random.Random(0)
+    words = "the king and queen of rome shall speak to thee my lord good night".split()
+    corpus = Path(folder) / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(rnd.choice(words) for _ in range(12)) for _ in range(400)))
+    return corpus
+
+
+def package_env():
+    """os.environ with this checkout's python/ first on PYTHONPATH (for subprocesses running coda's modules)."""
+    root = Path(__file__).resolve().parents[2]
+    return dict(os.environ, PYTHONPATH=str(root / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))

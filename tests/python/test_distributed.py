@@ -502,16 +502,11 @@ def test_cpu_torchrun_train(tmp_path):
     """torchrun --nproc-per-node 2 -m coda.train on the CPU (gloo, FSDP2, CODA's reference path): one progress bar
     and one banner (rank 0), the averaged loss and validation loss logged, and an HF checkpoint written by rank 0."""
     import json
-    import random
     import subprocess
     import sys
-    from pathlib import Path
-    rnd = random.Random(0)
-    words = "the king and queen of rome shall speak to thee my lord good night".split()
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(" ".join(rnd.choice(words) for _ in range(12)) for _ in range(400)))
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(root / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    from conftest import package_env, tiny_corpus
+    corpus, env = tiny_corpus(tmp_path), package_env()
     out = tmp_path / "run"
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                         "-m", "coda.train", "--device", "cpu", "--config", "tiny", "--steps", "3", "--batch-size", "2",

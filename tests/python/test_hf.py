@@ -47,16 +47,15 @@ def loss_and_grads(model, ids, labels, **kw):
     return out.loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("tie", [True, False])
-def test_cpu_patch_matches_hf(tie):
-    ref = random_model(hf_config(tie_word_embeddings=tie)).double()
-    m = coda.patch_llama(copy.deepcopy(ref))
-    ids = torch.randint(0, 512, (2, 40))
+def assert_patch_matches_hf(ref, m, vocab=512):
+    """A float64 HF model `ref` and its patched copy `m` on the CPU: the same loss, every parameter's gradient (returned
+    names) and the logits. HF's RMSNorm and loss upcast to fp32, so 'float64' HF is fp32-accurate: compare at that
+    level."""
+    ids = torch.randint(0, vocab, (2, 40))
     labels = ids.clone()
     labels[0, :5] = -100
     l_ref, g_ref = loss_and_grads(ref, ids, labels, use_cache=False)
     l_c, g_c = loss_and_grads(m, ids, labels)
-    # HF's RMSNorm and loss upcast to fp32, so 'float64' HF is fp32-accurate: compare at that level.
     assert abs(l_c.item() - l_ref.item()) <= 1e-6 * abs(l_ref.item())
     assert set(g_c) == set(g_ref)
     for n in g_ref:
@@ -66,18 +65,30 @@ def test_cpu_patch_matches_hf(tie):
         lg_ref = ref(input_ids=ids, use_cache=False).logits
         lg = m(input_ids=ids).logits
     assert (lg - lg_ref).abs().max().item() <= 1e-5 * lg_ref.abs().max().item()
+    return set(g_ref)
 
 
-def test_cpu_patch_keeps_generate_and_weights():
-    ref = random_model(hf_config())
-    m = coda.patch_llama(copy.deepcopy(ref))
+@pytest.mark.parametrize("tie", [True, False])
+def test_cpu_patch_matches_hf(tie):
+    ref = random_model(hf_config(tie_word_embeddings=tie)).double()
+    assert_patch_matches_hf(ref, coda.patch_llama(copy.deepcopy(ref)))
+
+
+def assert_patch_keeps_generate_and_weights(ref, m, unpatch):
+    """Greedy generate() gives the unpatched model's tokens, the state_dict is untouched, `unpatch` restores HF's
+    forward."""
     ids = torch.randint(0, 512, (1, 6))
     a = ref.generate(ids, max_new_tokens=5, do_sample=False)
     b = m.generate(ids, max_new_tokens=5, do_sample=False)
     assert torch.equal(a, b)
     sd_a, sd_b = ref.state_dict(), m.state_dict()
     assert set(sd_a) == set(sd_b) and all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
-    assert coda.unpatch_llama(m) is m and m.forward.__func__ is type(m).forward
+    assert unpatch(m) is m and m.forward.__func__ is type(m).forward
+
+
+def test_cpu_patch_keeps_generate_and_weights():
+    ref = random_model(hf_config())
+    assert_patch_keeps_generate_and_weights(ref, coda.patch_llama(copy.deepcopy(ref)), coda.unpatch_llama)
 
 
 @pytest.mark.parametrize("keep", [1, 3, "indices", "num_logits_to_keep"])

@@ -148,13 +148,19 @@ def test_test_summary_prints_each_pytest_skip_reason_once_with_a_count(tmp_path)
                                      "== 2 Python tests skipped: needs transformers"], r.stdout
 
 
+def _without_module(tmp_path, name):
+    """The no-GPU environment where `import name` fails (a package that raises ImportError first on PYTHONPATH) and
+    pip may not reach an index (an attempt to install fails)."""
+    fake = tmp_path / "site" / name
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"raise ImportError('no {name} here (test)')\n")
+    return dict(_no_gpu_env(tmp_path), PYTHONPATH=str(tmp_path / "site"), PIP_NO_INDEX="1")
+
+
 def test_train_with_torch_but_no_gpu_installs_nothing(tmp_path):
     """With torch importable but another dependency missing (a tqdm whose import fails), tools/train asks torch for the
     GPU before it would install anything, and stops there."""
-    fake = tmp_path / "site" / "tqdm"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('no tqdm here (test)')\n")
-    env = dict(_no_gpu_env(tmp_path), PYTHONPATH=str(tmp_path / "site"), PIP_NO_INDEX="1")
+    env = _without_module(tmp_path, "tqdm")
     r = subprocess.run([str(TOOLS / "train")], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "no CUDA GPU" in r.stderr, r.stderr
@@ -168,10 +174,7 @@ def test_train_without_torch_or_a_gpu_installs_nothing(tmp_path):
     index, so an attempt to install would fail the test)."""
     if shutil.which("nvidia-smi"):
         pytest.skip("nvidia-smi is here: tools/train would install the dependencies and ask torch")
-    fake = tmp_path / "site" / "torch"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('no torch here (test)')\n")
-    env = dict(_no_gpu_env(tmp_path), PYTHONPATH=str(tmp_path / "site"), PIP_NO_INDEX="1")
+    env = _without_module(tmp_path, "torch")
     r = subprocess.run([str(TOOLS / "train")], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "no NVIDIA GPU" in r.stderr and "tools/test" in r.stderr, r.stderr

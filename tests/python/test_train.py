@@ -1,24 +1,17 @@
 """python -m coda.train on the CPU (CODA's reference path): --model qwen3 --compare trains the patched and the plain
 HF Qwen3 from the same seed and data order, with matching loss curves and an HF Qwen3 checkpoint."""
 import json
-import os
-import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import package_env, tiny_corpus
 
 pytest.importorskip("transformers.models.qwen3", reason="transformers without Qwen3")
 
 
 def test_cpu_train_qwen3_compare(tmp_path):
-    rnd = random.Random(0)
-    words = "the king and queen of rome shall speak to thee my lord good night".split()
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(" ".join(rnd.choice(words) for _ in range(12)) for _ in range(400)))
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(root / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    corpus, env = tiny_corpus(tmp_path), package_env()
     out = tmp_path / "run"
     r = subprocess.run([sys.executable, "-m", "coda.train", "--model", "qwen3", "--compare", "--device", "cpu",
                         "--config", "tiny", "--steps", "4", "--batch-size", "2", "--seq-len", "32", "--warmup", "1",
