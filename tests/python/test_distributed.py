@@ -201,10 +201,22 @@ def scenario_checkpoint_roundtrip(ctx):
 def scenario_patch_llama(ctx):
     """coda.patch_llama'd transformers model under DDP, root-level fully_shard, and fully_shard per decoder layer
     (the layers then run one by one through their modules: FSDP2 gathers each layer's weights around its call)."""
+    from test_hf import hf_config, random_model
+    return _patched_under_ddp_and_fsdp(ctx, coda.patch_llama(random_model(hf_config()).double()))
+
+
+def scenario_patch_qwen3(ctx):
+    """The same for coda.patch_qwen3 on a transformers Qwen3 model (its q_norm / k_norm weights sharded too)."""
+    try:
+        from test_hf_qwen3 import qwen3_config, random_model
+    except Exception as e:  # transformers without Qwen3: pytest.skip raised at import
+        return dict(skipped=str(e))
+    return _patched_under_ddp_and_fsdp(ctx, coda.patch_qwen3(random_model(qwen3_config()).double()))
+
+
+def _patched_under_ddp_and_fsdp(ctx, ref):
     import transformers
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from test_hf import hf_config, random_model
-    ref = coda.patch_llama(random_model(hf_config()).double())
     ids = ctx["ids"]
     l_ref, g_ref = loss_and_grads(copy.deepcopy(ref), ids)
     out = {}
@@ -253,7 +265,8 @@ def scenario_nn_modules(ctx):
 
 
 SCENARIOS = [scenario_fsdp, scenario_fsdp_root, scenario_fsdp_checkpointed, scenario_ddp,
-             scenario_fsdp_mixed_precision, scenario_checkpoint_roundtrip, scenario_patch_llama, scenario_nn_modules]
+             scenario_fsdp_mixed_precision, scenario_checkpoint_roundtrip, scenario_patch_llama, scenario_patch_qwen3,
+             scenario_nn_modules]
 
 
 def _worker(rank, world, out):
@@ -343,6 +356,15 @@ def test_cpu_gloo_distributed_checkpoint_in_hf_names(results, tmp_path):
 def test_cpu_gloo_patch_llama(results):
     pytest.importorskip("transformers")
     r = get(results, "patch_llama")
+    check_equal(r["ddp"])
+    check_equal(r["fsdp_root"])
+    check_equal(r["fsdp"])
+
+
+def test_cpu_gloo_patch_qwen3(results):
+    r = get(results, "patch_qwen3")
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
     check_equal(r["ddp"])
     check_equal(r["fsdp_root"])
     check_equal(r["fsdp"])
