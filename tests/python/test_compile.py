@@ -10,12 +10,14 @@ from conftest import requires_gpu
 EPS = 1e-5
 
 
-def every_op(y0, x0, w_o, g1, w_gu, w_down, g2, w_qkv, positions, inv_freq, w_head, targets):
+def every_op(y0, x0, w_o, g1, w_gu, w_down, g2, w_qkv, positions, inv_freq, w_head, targets, q_gamma, k_gamma):
     hq, hkv, hd = 2, 1, 64
     h, r = coda.ops.rmsnorm_prepare(x0, g1, EPS)
     qkv0 = coda.ops.rms_norm_qkv_rope(x0, g1, w_qkv, positions, inv_freq, hq, hkv, hd, EPS, cache=(h, r))
-    x2, qkv = coda.ops.block(y0 + qkv0[..., : y0.shape[-1]], x0, w_o, g1, w_gu, w_down, g2, w_qkv, positions,
-                             inv_freq, hq, hkv, hd, EPS)
+    qkv1 = coda.ops.rms_norm_qkv_qk_norm_rope(x0, g1, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
+                                              EPS, cache=(h, r))
+    x2, qkv = coda.ops.block(y0 + qkv0[..., : y0.shape[-1]] + qkv1[..., : y0.shape[-1]], x0, w_o, g1, w_gu, w_down,
+                             g2, w_qkv, positions, inv_freq, hq, hkv, hd, EPS)
     x3, h3, r3 = coda.ops.linear_residual_rmsnorm(qkv[..., : y0.shape[-1]], w_o, x2, g1, EPS)
     x4, cache = coda.ops.swiglu_mlp(x3, g1, w_gu, w_down, EPS, cache=(h3, r3), next_gamma=g2)
     logits = coda.ops.rms_norm_linear(x4, g2, w_head, EPS, cache=cache)
@@ -28,7 +30,7 @@ def case(device, dtype, M=24, d=64, F=64, V=128):
     hq, hkv, hd = 2, 1, 64
     t = [I.act(g, M, hq * hd), I.act(g, M, d), I.weight(g, d, hq * hd), I.norm(g, d), I.weight(g, 2 * F, d),
          I.weight(g, d, F), I.norm(g, d), I.weight(g, (hq + 2 * hkv) * hd, d), I.positions(g, M), I.inv_freq(hd),
-         I.weight(g, V, d), torch.randint(0, V, (M,), generator=g)]
+         I.weight(g, V, d), torch.randint(0, V, (M,), generator=g), I.norm(g, hd), I.norm(g, hd)]
     return [x.detach().to(device=device, dtype=dtype if x.is_floating_point() and i != 9 else x.dtype)
             .requires_grad_(x.requires_grad) for i, x in enumerate(t)]
 
