@@ -81,6 +81,9 @@ def _patch(model, name, kind, qk_norm):
         if not hasattr(model, attr):
             raise TypeError(f"coda.{name}: `model` must be a {kind} (no .{attr})")
     reason = _unsupported(model.config)
+    if reason is None and not all(all(hasattr(layer.mlp, a) for a in ("gate_proj", "up_proj", "down_proj"))
+                                  for layer in _decoder_layers(model)):
+        reason = "its MLP is not one gate/up/down SwiGLU per layer (e.g. a mixture of experts)"
     if reason is None and _has_qk_norm(model) != qk_norm:
         reason = ("its attention normalises q and k per head (QK-norm): use coda.patch_qwen3" if not qk_norm else
                   "its attention has no q_norm / k_norm (no QK-norm): use coda.patch_llama")

@@ -79,6 +79,18 @@ def test_patches_refuse_each_others_models():
     assert getattr(llama, "_coda_original_forward", None) is None
 
 
+def test_patch_qwen3_refuses_mixture_of_experts():
+    moe = pytest.importorskip("transformers.models.qwen3_moe.modeling_qwen3_moe",
+                              reason="transformers without Qwen3MoE")
+    cfg = moe.Qwen3MoeConfig(vocab_size=64, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                             num_experts=4, num_experts_per_tok=2, num_hidden_layers=1, num_attention_heads=2,
+                             num_key_value_heads=2, head_dim=64)
+    m = moe.Qwen3MoeForCausalLM(cfg)
+    with pytest.raises(ValueError, match="mixture of experts"):
+        coda.patch_qwen3(m)
+    assert getattr(m, "_coda_original_forward", None) is None
+
+
 def test_patch_qwen3_refuses_sliding_window():
     m = random_model(qwen3_config(num_hidden_layers=2, use_sliding_window=True, sliding_window=16,
                                   max_window_layers=0))
