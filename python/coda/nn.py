@@ -173,6 +173,25 @@ class RMSNormQKVRope(nn.Module):
                                      self.n_q_heads, self.n_kv_heads, self.head_dim, self.eps, cache=cache)
 
 
+class RMSNormQKVQKNormRope(RMSNormQKVRope):
+    """qkv = RoPE(qk_norm(rmsnorm(x; norm_weight) W_qkv^T)) (Qwen3's attention input: ops.rms_norm_qkv_qk_norm_rope),
+    where qk_norm RMS-normalises each q head with q_norm.weight and each k head with k_norm.weight (eps as the input
+    norm's). forward as RMSNormQKVRope's. state_dict: RMSNormQKVRope's plus `q_norm.weight`, `k_norm.weight`
+    [head_dim] in HF's rotate-half order (paired on each forward, a head_dim-sized gather)."""
+
+    def __init__(self, hidden_size, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *, dtype=None, device=None):
+        super().__init__(hidden_size, n_q_heads, n_kv_heads, head_dim, eps, dtype=dtype, device=device)
+        self.q_norm = _Norm(head_dim, dtype, device)
+        self.k_norm = _Norm(head_dim, dtype, device)
+
+    def forward(self, x, positions, inv_freq, cache=None):
+        q_gamma, k_gamma = (layout.pair_rope_rows(_w(n.weight, x)[:, None], self.head_dim)[:, 0]
+                            for n in (self.q_norm, self.k_norm))
+        return ops.rms_norm_qkv_qk_norm_rope(x, _w(self.norm_weight, x), _w(self.w_qkv, x), q_gamma, k_gamma,
+                                             positions, inv_freq, self.n_q_heads, self.n_kv_heads, self.head_dim,
+                                             self.eps, cache=cache)
+
+
 class LlamaBlock(nn.Module):
     """The CODA block (MATH.md "One block"): layer i's o-projection, MLP norm and SwiGLU MLP, then layer i+1's
     input norm and q/k/v with RoPE, as one autograd node (coda.ops.block).

@@ -27,6 +27,16 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, hq, hkv, hd, eps):
     return rope_pairs(rms_norm_linear(x, gamma, w_qkv, eps), positions, inv_freq, hq + hkv, hd)
 
 
+def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps):
+    """Per-head RMSNorm of the q and k heads (gammas in the paired order, eps as the input norm's) before RoPE."""
+    z = rms_norm_linear(x, gamma, w_qkv, eps)
+    n_rot = hq + hkv
+    heads = z[..., : n_rot * hd].unflatten(-1, (n_rot, hd))
+    g = torch.cat((q_gamma.expand(hq, hd), k_gamma.expand(hkv, hd)))
+    normed = (rms_norm(heads, torch.ones(hd, dtype=z.dtype), eps) * g).flatten(-2)
+    return rope_pairs(torch.cat((normed, z[..., n_rot * hd:]), dim=-1), positions, inv_freq, n_rot, hd)
+
+
 def swiglu_mlp(x, gamma, w_gu, w_down, eps):
     z = rms_norm_linear(x, gamma, w_gu, eps)
     return x + (F.silu(z[..., 0::2]) * z[..., 1::2]) @ w_down.T

@@ -45,6 +45,16 @@ def test_module_state_dict_is_hf_layout():
     b = coda.nn.RMSNormQKVRope(32, 2, 1, 64)
     b.load_state_dict(sd)
     assert torch.equal(a.w_qkv, b.w_qkv)
+    q = coda.nn.RMSNormQKVQKNormRope(32, 2, 1, 64)  # Qwen3's: the q/k norms in HF's names and order too
+    with torch.no_grad():
+        q.q_norm.weight.copy_(torch.arange(64.0))
+    sd = q.state_dict()
+    assert set(sd) == {"norm_weight", "q_proj.weight", "k_proj.weight", "v_proj.weight", "q_norm.weight",
+                       "k_norm.weight"}
+    assert torch.equal(sd["q_norm.weight"], torch.arange(64.0))
+    r = coda.nn.RMSNormQKVQKNormRope(32, 2, 1, 64)
+    r.load_state_dict(sd, strict=True)
+    assert torch.equal(r.w_qkv, q.w_qkv) and torch.equal(r.q_norm.weight, q.q_norm.weight)
 
 
 def test_llama_block_state_dict_keys():

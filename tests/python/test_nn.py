@@ -29,6 +29,11 @@ def _plain_forward(module, x, extra):
         return plain.rms_norm_linear(x, module.norm_weight, module.weight, EPS)
     if isinstance(module, coda.nn.SwiGLUMLP):
         return plain.swiglu_mlp(x, module.norm_weight, module.w_gu, module.down_proj.weight, EPS)
+    if isinstance(module, coda.nn.RMSNormQKVQKNormRope):
+        pair = (lambda w: coda.layout.pair_rope_rows(w[:, None], module.head_dim)[:, 0])
+        return plain.rms_norm_qkv_qk_norm_rope(x, module.norm_weight, module.w_qkv, pair(module.q_norm.weight),
+                                               pair(module.k_norm.weight), *extra, module.n_q_heads,
+                                               module.n_kv_heads, module.head_dim, EPS)
     if isinstance(module, coda.nn.RMSNormQKVRope):
         return plain.rms_norm_qkv_rope(x, module.norm_weight, module.w_qkv, *extra, module.n_q_heads,
                                        module.n_kv_heads, module.head_dim, EPS)
@@ -53,6 +58,7 @@ def _modules(d=64, hq=2, hkv=1, hd=64):
         "RMSNormLinear": (lambda **k: coda.nn.RMSNormLinear(d, 48, EPS, **k), d),
         "SwiGLUMLP": (lambda **k: coda.nn.SwiGLUMLP(d, 96, EPS, **k), d),
         "RMSNormQKVRope": (lambda **k: coda.nn.RMSNormQKVRope(d, hq, hkv, hd, EPS, **k), d),
+        "RMSNormQKVQKNormRope": (lambda **k: coda.nn.RMSNormQKVQKNormRope(d, hq, hkv, hd, EPS, **k), d),
         "LlamaBlock": (lambda **k: coda.nn.LlamaBlock(d, 96, hq, hkv, hd, EPS, **k), d),
     }
 
@@ -60,7 +66,7 @@ def _modules(d=64, hq=2, hkv=1, hd=64):
 def _extra(name, M, device, dtype, hq=2, hd=64):
     g = I.gen(7)
     pos, inv = I.positions(g, M).to(device), I.inv_freq(hd).float().to(device)
-    if name == "RMSNormQKVRope":
+    if name in ("RMSNormQKVRope", "RMSNormQKVQKNormRope"):
         return (pos, inv)
     if name == "LlamaBlock":
         return (I.act(g, M, hq * hd).detach().to(device, dtype), pos, inv)
