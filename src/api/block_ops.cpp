@@ -33,14 +33,18 @@ struct Dims {
 /// A block struct's struct_size (block.h "Versioning"): version 1's size, the only one so far. A later version that
 /// appends fields accepts the earlier sizes here too and gives the fields beyond a caller's size their defaults.
 template <class T>
+bool known_size(T const* t) {
+  return t != nullptr && t->struct_size == sizeof(T);
+}
+
+template <class T>
 void check_struct_size(T const& t, char const* name, char const* type, char const* init) {
-  if (t.struct_size != sizeof(T)) {
+  if (!known_size(&t)) {
     fail(CODA_ERROR_INVALID_ARGUMENT, name, ".struct_size: must be sizeof(", type, ") = ", sizeof(T), " (", init,
          "), got ", t.struct_size, t.struct_size == 0 ? " (not set)" : " (a header this library does not know)");
   }
 }
 
-bool known_size(coda_block_config const* c) { return c != nullptr && c->struct_size == sizeof(coda_block_config); }
 
 void check_config(coda_block_config const* c) {
   if (c == nullptr) fail(CODA_ERROR_INVALID_ARGUMENT, "config: must not be NULL");

@@ -75,28 +75,20 @@ def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, 
     positions = positions.to(torch.int32).contiguous()
     first = layers[0]
     qkv = qkv_projection(x, first, positions, inv_freq, hq, hkv, hd, eps, ops.rmsnorm_prepare(x, first.gamma_in, eps))
-    if first.q_gamma is not None:
-        # QK-norm: no fused block (its F4 has no per-head norm yet); F1, the MLP and the next layer's projection
-        # from the MLP's fused norm, per layer.
-        for i, layer in enumerate(layers):
-            y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
-            x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, layer.w_o, x, layer.gamma_post, eps)
-            nxt = layers[i + 1] if i + 1 < len(layers) else None
-            x, norm_cache = ops.swiglu_mlp(x1, layer.gamma_post, layer.w_gu, layer.w_down, eps, cache=(h1, rstd1),
-                                           next_gamma=gamma_final if nxt is None else nxt.gamma_in)
-            if nxt is not None:
-                qkv = qkv_projection(x, nxt, positions, inv_freq, hq, hkv, hd, eps, norm_cache)
-        return x, norm_cache
     for i, layer in enumerate(layers):
         y0 = attention(qkv, attention_mask, hq, hkv, hd, dropout)
-        if i + 1 < len(layers):
-            nxt = layers[i + 1]
+        nxt = layers[i + 1] if i + 1 < len(layers) else None
+        if nxt is not None and nxt.q_gamma is None:
             x, qkv = ops.block(y0, x, layer.w_o, layer.gamma_post, layer.w_gu, layer.w_down, nxt.gamma_in,
                                nxt.w_qkv, positions, inv_freq, hq, hkv, hd, eps)
-        else:
-            x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, layer.w_o, x, layer.gamma_post, eps)
-            x, norm_cache = ops.swiglu_mlp(x1, layer.gamma_post, layer.w_gu, layer.w_down, eps, cache=(h1, rstd1),
-                                           next_gamma=gamma_final)
+            continue
+        # The last layer, or a next layer with QK-norm (the block's F4 has no per-head norm yet): F1 and the MLP,
+        # the next norm fused into the down-projection, then the next layer's projection from its cache.
+        x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, layer.w_o, x, layer.gamma_post, eps)
+        x, norm_cache = ops.swiglu_mlp(x1, layer.gamma_post, layer.w_gu, layer.w_down, eps, cache=(h1, rstd1),
+                                       next_gamma=gamma_final if nxt is None else nxt.gamma_in)
+        if nxt is not None:
+            qkv = qkv_projection(x, nxt, positions, inv_freq, hq, hkv, hd, eps, norm_cache)
     return x, norm_cache
 
 
