@@ -191,6 +191,20 @@ def rms_norm_linear(x, gamma, w, eps=1e-6, *, cache=None):
     return y.reshape(*x.shape[:-1], n)
 
 
+def _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps):
+    """The checks of a q/k/v projection with RoPE: the norm's and the GEMM's arguments, the heads, positions (one
+    integer per token) and inv_freq [head_dim / 2]."""
+    _norm_args(op, x, gamma, w_qkv, eps, ("x", "gamma", "w_qkv"))
+    check.heads(op, w_qkv.shape[0], n_q_heads, n_kv_heads, head_dim)
+    check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
+    check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
+    check.same_device(op, x=x, positions=positions, inv_freq=inv_freq)
+    check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
+    if positions.shape != x.shape[:-1]:
+        raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x.shape[:-1])} (one per token), got "
+                         f"{tuple(positions.shape)}")
+
+
 @_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_rope={
     **_CACHE, **_same("w_qkv", "positions", "inv_freq", "n_q_heads", "n_kv_heads", "head_dim")})
 def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *,
@@ -206,15 +220,7 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
     its rotary pairs adjacent (dimension 2i, 2i+1 is pair i). Backward: B1 (RoPE^T and the row dot) + B2.
     """
     op = "rms_norm_qkv_rope"
-    _norm_args(op, x, gamma, w_qkv, eps, ("x", "gamma", "w_qkv"))
-    check.heads(op, w_qkv.shape[0], n_q_heads, n_kv_heads, head_dim)
-    check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
-    check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
-    check.same_device(op, x=x, positions=positions, inv_freq=inv_freq)
-    check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
-    if positions.shape != x.shape[:-1]:
-        raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x.shape[:-1])} (one per token), got "
-                         f"{tuple(positions.shape)}")
+    _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)
     x2 = _rows(x)
     h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
     pos = positions.reshape(-1).to(torch.int32)
@@ -255,18 +261,11 @@ def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_
     B2); the per-head norm and RoPE run as PyTorch operations in fp32 until their fused epilogue (issue 25) lands.
     """
     op = "rms_norm_qkv_qk_norm_rope"
-    _norm_args(op, x, gamma, w_qkv, eps, ("x", "gamma", "w_qkv"))
-    check.heads(op, w_qkv.shape[0], n_q_heads, n_kv_heads, head_dim)
-    check.tensor(op, "positions", positions, dtype=(torch.int32, torch.int64))
-    check.tensor(op, "inv_freq", inv_freq, rank=1, floating=True)
+    _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)
     for name, t in (("q_gamma", q_gamma), ("k_gamma", k_gamma)):
         check.tensor(op, name, t, rank=1, floating=True)
         check.size(op, name, t, 0, head_dim, "head_dim")
-    check.same_device(op, x=x, positions=positions, inv_freq=inv_freq, q_gamma=q_gamma, k_gamma=k_gamma)
-    check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
-    if positions.shape != x.shape[:-1]:
-        raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x.shape[:-1])} (one per token), got "
-                         f"{tuple(positions.shape)}")
+    check.same_device(op, x=x, q_gamma=q_gamma, k_gamma=k_gamma)
     qk_eps = eps if qk_eps is None else qk_eps
     check.positive(op, "qk_eps", qk_eps)
     z = rms_norm_linear(x, gamma, w_qkv, eps, cache=cache)
