@@ -97,8 +97,8 @@ from report import commit as git_commit
 SUITE = "vs_quack"
 MODEL_CONFIGS = ("llama3-1B", "llama3-8B", "llama3-70B")  # names as the issue writes them; CONFIGS keys lower-case
 VOCAB = 128256
-OPS = ("gemm_gu", "gemm_down", "f1", "f3", "b3", "b2", "lm_head", "rmsnorm", "block")
-SCREENED_OPS = ("gemm_gu", "gemm_down", "f1", "f3", "b3")  # quack GEMMs with a config to pick
+OPS = ("gemm_gu", "gemm_down", "f1", "f3", "f4qk", "b3", "b2", "lm_head", "rmsnorm", "block")
+SCREENED_OPS = ("gemm_gu", "gemm_down", "f1", "f3", "f4qk", "b3")  # quack GEMMs with a config to pick
 PASS = {"b3": "bwd", "b2": "bwd", "lm_head": "fwdbwd", "block": "fwdbwd"}
 # The block (bench_block.py's: o-projection to the next layer's q/k/v, attention excluded), forward + backward: CODA,
 # torch.compile and Liger of the same PyTorch block, and its 12 GEMMs alone (4 forward, 4 dgrad, 4 wgrad on cuBLAS
@@ -163,7 +163,7 @@ def op_shape(op, cfg, M):
     d, F = cfg[0], cfg[1]
     return {"gemm_gu": (M, 2 * F, d), "gemm_down": (M, d, F), "f1": (M, d, F), "f3": (M, 2 * F, d),
             "b3": (M, F, d), "b2": (M, d, 2 * F), "lm_head": (M, VOCAB, d), "rmsnorm": (M, d, None),
-            "block": (M, d, F)}[op]
+            "block": (M, d, F), "f4qk": (M, (cfg[2] + 2 * cfg[3]) * cfg[4], d)}[op]
 
 
 def block_gemms(cfg, M):
@@ -345,7 +345,9 @@ class QuackOps:
         import quack.gemm_interface
         import quack.linear_cross_entropy
         import quack.rmsnorm
+        import quack.epilogue.library
         self.patched = patch_quack_cache_key()  # the modules imported just now
+        self.qk_rope_epi = quack.epilogue.library.qk_rope_epi
         self.version = getattr(quack, "__version__", "?")
         # quack/__init__ re-exports the function rmsnorm under the module's name: take the module itself
         self.gi, self.rms, self.lce_mod = (quack.gemm_interface, sys.modules["quack.rmsnorm"],
@@ -376,6 +378,12 @@ class QuackOps:
     def gemm_dact(self, A, B, preact, dx, postact, label=None):
         return self.gi.gemm_dact(A, B, preact, activation="swiglu", dx_out=dx, postact_out=postact, tuned=False,
                                  config=self.config(label))
+
+    def qk_rope(self, A, B, cs, head_dim, w, out, label=None):
+        """quack.epilogue.library.qk_rope_epi: per-head RMSNorm (statistics in a prepass over the accumulator) times
+        the rowvec w, then RoPE from the interleaved (M, head_dim) cos/sin table, on every head of D."""
+        res = self.qk_rope_epi(A, B, out={"D": out}, tuned=False, config=self.config(label), cs=cs, qk=head_dim, w=w)
+        return res["D"]
 
     def gemm_rms(self, A, B, C, gamma, out, premult, eps):
         return self.gi.gemm_rms(A, B, C=C, norm_weight=gamma, out=out, premult_out=premult, eps=eps, tuned=False)
@@ -507,6 +515,31 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns["quack_norm_act"] = lambda: dict(zip(("z", "y"), q.gemm_norm_act(h, w.t(), rstd, z_n, y_n)))
             labels["quack_norm_act"] = "default"
             checks["quack_norm_act"] = ("coda", same("z", "y"))
+    elif op == "f4qk":
+        # F4 with QK-norm (Qwen3's q/k/v; llama3-8B's heads are Qwen3-8B's). quack's nearest: qk_rope_epi, which norms
+        # and rotates every head (v too) from a cos/sin table and takes the normalised input: compared on q and k.
+        hq, hkv, hd = cfg[2], cfg[3], cfg[4]
+        rot = (hq + hkv) * hd
+        h, w = r(M, d, std=4.0), r(N, d, std=d ** -0.5)
+        rstd = torch.rand(M, device=device, generator=g) + 0.5
+        q_gamma, k_gamma = (1 + r(hd, std=0.1)).float(), (1 + r(hd, std=0.1)).float()
+        pos = torch.randint(0, 131072, (M,), device=device, generator=g, dtype=torch.int32)
+        inv = (1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float64) / hd)).float()
+        z_cb = torch.empty(M, N, **bf)
+        fns["cublas_gemm"] = lambda: {"z": torch.mm(h, w.t(), out=z_cb)}
+
+        def coda_call():
+            qkv, z = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd, 1e-6)
+            return {"qk": qkv[:, :rot], "z": z}
+        fns["coda"] = coda_call
+        if q:
+            n = (h.float() * rstd[:, None]).to(torch.bfloat16)
+            theta = pos.double()[:, None] * inv.double()[None, :]
+            cs = torch.stack((torch.cos(theta), torch.sin(theta)), dim=-1).reshape(M, hd).to(torch.bfloat16)
+            w_row = torch.cat((q_gamma.repeat(hq), k_gamma.repeat(hkv), torch.ones(hkv * hd, device=device)))
+            w_row = w_row.to(torch.bfloat16)
+            d_q = torch.empty(M, N, **bf)
+            quack_pair(lambda lbl: (lambda: {"qk": q.qk_rope(n, w.t(), cs, hd, w_row, d_q, lbl)[:, :rot]}), ["qk"])
     elif op == "b3":
         dx, w_down, z = r(M, d), r(d, N, std=d ** -0.5), r(M, 2 * N)
         dy_cb = torch.empty(M, N, **bf)

@@ -169,6 +169,26 @@ CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_
 CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N);
 
 /**
+ * F4 with QK-norm (Qwen3, OLMo-2; MATH.md "F4 with QK-norm"): F4 with a per-head RMSNorm of the q and k heads before
+ * RoPE. With u = diag(rstd) (h w_qkv^T) and, per q or k head of row m, r = 1/sqrt(mean_j u_j^2 + qk_eps):
+ *   n_j = u_j r gamma[j]   (gamma = q_gamma on q heads, k_gamma on k heads), then F4's rotation of n;
+ * v passes through (out = u). Also stores z = u (the pre-norm projection the backward needs). qkv is computed from
+ * the fp32 u and rounded once; z is R(u). Angles as coda_linear_rowscale_rope. One fused GEMM launch, no workspace.
+ * Deterministic. Layout, heads, positions and inv_freq as coda_linear_rowscale_rope.
+ * \param q_gamma, k_gamma [head_dim] fp32, in the paired column layout of the heads (coda_pair_rope_rows applied
+ *        to the [head_dim, 1] weight), 8-byte aligned.
+ * \param qk_eps finite, > 0 (the per-head norm's epsilon; Qwen3: the model's rms_norm_eps).
+ * \param qkv_out, z_out [M,(Hq+2*Hkv)*head_dim] same dtype as h; must not overlap each other or an input.
+ * head_dim must be 64 or 128.
+ */
+CODA_API coda_status coda_linear_rowscale_qk_norm_rope(const coda_tensor* h, const coda_tensor* w_qkv,
+                                                       const coda_tensor* rstd, const coda_tensor* q_gamma,
+                                                       const coda_tensor* k_gamma, const coda_tensor* positions,
+                                                       const coda_tensor* inv_freq, int32_t n_q_heads,
+                                                       int32_t n_kv_heads, int32_t head_dim, float qk_eps,
+                                                       coda_tensor* qkv_out, coda_tensor* z_out, void* stream);
+
+/**
  * F5: LM head logits with their log-sum-exp, without needing the logits stored.
  *   l = diag(rstd) (h w^T) [M,V], optionally l <- softcap * tanh(l / softcap);
  *   lse[m] = log sum_j exp(l[m,j]);  target_logit[m] = l[m, targets[m]] (0 for rows whose target is

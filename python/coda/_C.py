@@ -127,6 +127,7 @@ _SIGNATURES = {
     "linear_rowscale": ([_T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
     "linear_rowscale_swiglu": ([_T, _T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
     "linear_rowscale_rope": ([_T, _T, _T, _T, _T, _I32, _I32, _I32, _T, _P, _SZ, _P], [_I64, _I64]),
+    "linear_rowscale_qk_norm_rope": ([_T, _T, _T, _T, _T, _T, _T, _I32, _I32, _I32, _F, _T, _T, _P], None),
     "cross_entropy": ([_T, _T, _OPT, _T, _I64, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
     "linear_cross_entropy": ([_T, _T, _T, _T, _OPT, _I64, _T, _T, _P, _SZ, _P], [_I64, _I64, _I64]),
     "linear_cross_entropy_bwd": ([_T, _T, _T, _T, _T, _T, _OPT, _T, _I64, _T, _T, _T, _T, _T, _P, _SZ, _P],

@@ -79,6 +79,25 @@ def linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_he
     return qkv
 
 
+def _float_pairs(t):
+    """A [head_dim] gamma as the kernel reads it: fp32, contiguous, 8-byte aligned (float pairs); a copy if needed."""
+    t = t.to(torch.float32).contiguous()
+    return t if t.data_ptr() % 8 == 0 else t.clone()
+
+
+def linear_rowscale_qk_norm_rope(h, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
+                                 head_dim, qk_eps):
+    """F4 with QK-norm: qkv = RoPE(qk_norm(diag(rstd) h w_qkv^T)) and z = diag(rstd) h w_qkv^T. -> (qkv, z)."""
+    M, N = h.shape[0], w_qkv.shape[0]
+    positions, inv_freq = _dense(positions), _dense(inv_freq)
+    q_gamma, k_gamma = _float_pairs(q_gamma), _float_pairs(k_gamma)
+    qkv = torch.empty((M, N), dtype=h.dtype, device=h.device)
+    z = torch.empty((M, N), dtype=h.dtype, device=h.device)
+    _C.call("linear_rowscale_qk_norm_rope", _d(h), _d(w_qkv), _d(rstd), _d(q_gamma), _d(k_gamma), _d(positions),
+            _d(inv_freq), n_q_heads, n_kv_heads, head_dim, qk_eps, _d(qkv), _d(z), _C.stream(h.device))
+    return qkv, z
+
+
 def _loss_shape(M, reduction):
     return (M,) if reduction == "none" else ()
 

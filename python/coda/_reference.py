@@ -78,6 +78,14 @@ def qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_
     return _rotate(n, positions, inv_freq, n_rot, head_dim, 1.0), r
 
 
+def linear_rowscale_qk_norm_rope(h, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
+                                 head_dim, qk_eps):
+    """F4 with QK-norm: -> (qkv, z), both from the float64 z = diag(rstd) h w_qkv^T, rounded once to h's dtype."""
+    z = _rowscale(h, w_qkv, rstd)
+    qkv, _ = qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, qk_eps, n_q_heads, n_kv_heads, head_dim)
+    return qkv.to(h.dtype), z.to(h.dtype)
+
+
 def _ce(l64, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap, want_grad):
     """Cross-entropy on float64 logits. -> (loss, dl float64 or None, lse)."""
     M, V = l64.shape

@@ -230,25 +230,9 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
     return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
 
 
-def _qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim):
-    """MATH.md "F4 with QK-norm" after the GEMM, in PyTorch (differentiable): each q and k head of z [..., W]
-    RMS-normalised over its head_dim columns and scaled by q_gamma or k_gamma (paired layout), then rotated as F4
-    rotates; v passes through. fp32 on CUDA (rounded once to z's dtype at the end), float64 on the CPU."""
-    cdt = torch.float32 if z.is_cuda else torch.float64
-    n_rot = n_q_heads + n_kv_heads
-    u = z[..., : n_rot * head_dim].to(cdt).unflatten(-1, (n_rot, head_dim))
-    r = torch.rsqrt(u.square().mean(dim=-1, keepdim=True) + eps)
-    g = torch.cat((q_gamma.to(cdt).expand(n_q_heads, head_dim), k_gamma.to(cdt).expand(n_kv_heads, head_dim)))
-    n = (u * r * g).unflatten(-1, (head_dim // 2, 2))  # [..., heads, hd/2, 2]: the rotary pairs
-    # Angles in float64 (positions up to 2^24 times inv_freq up to 1), their cos/sin in the compute dtype.
-    theta = positions.to(torch.float64)[..., None] * inv_freq.to(torch.float64)  # [..., hd/2]
-    cos, sin = torch.cos(theta).to(cdt)[..., None, :], torch.sin(theta).to(cdt)[..., None, :]
-    even, odd = n[..., 0], n[..., 1]
-    rotated = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-3)
-    return torch.cat((rotated.to(z.dtype), z[..., n_rot * head_dim:]), dim=-1)
-
-
-@_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale={**_CACHE, "w": "w_qkv"})
+@_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_qk_norm_rope={
+    **_CACHE, **_same("w_qkv", "q_gamma", "k_gamma", "positions", "inv_freq", "n_q_heads", "n_kv_heads", "head_dim",
+                      "qk_eps")})
 def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
                               head_dim, eps=1e-6, qk_eps=None, *, cache=None):
     """F4 with QK-norm (Qwen3, OLMo-2 style; MATH.md "F4 with QK-norm"): qkv = RoPE(qk_norm(rmsnorm(x) w_qkv^T)),
@@ -257,8 +241,10 @@ def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_
 
     Arguments as rms_norm_qkv_rope, plus q_gamma, k_gamma [head_dim] in the paired layout (coda.layout.pair_rope_rows
     applied to a [head_dim, 1] view of HF's q_norm / k_norm weight; the per-head mean does not depend on the order).
-    Returns qkv as rms_norm_qkv_rope does. The GEMM runs fused with the input norm (rms_norm_linear: F2, backward
-    B2); the per-head norm and RoPE run as PyTorch operations in fp32 until their fused epilogue (issue 25) lands.
+    Returns qkv as rms_norm_qkv_rope does. Forward: one fused GEMM (coda_linear_rowscale_qk_norm_rope: the input
+    norm's row scale, the per-head norm, gamma and RoPE in its epilogue), which also stores the pre-norm z [tokens,
+    W] for the backward (saved instead of qkv). Backward: B1 with QK-norm from z as PyTorch operations in fp32
+    (MATH.md; their fused kernel is not built yet), then B2.
     """
     op = "rms_norm_qkv_qk_norm_rope"
     _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)
@@ -268,9 +254,13 @@ def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_
     check.same_device(op, x=x, q_gamma=q_gamma, k_gamma=k_gamma)
     qk_eps = eps if qk_eps is None else qk_eps
     check.positive(op, "qk_eps", qk_eps)
-    z = rms_norm_linear(x, gamma, w_qkv, eps, cache=cache)
-    return _qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, float(qk_eps), int(n_q_heads), int(n_kv_heads),
-                         int(head_dim))
+    x2 = _rows(x)
+    h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
+    pos = positions.reshape(-1).to(torch.int32)
+    inv = inv_freq.to(torch.float32) if x.is_cuda else inv_freq
+    qkv, _ = lib.rms_norm_qkv_qk_norm_rope(x2, gamma, w_qkv, h, rstd, q_gamma, k_gamma, pos, inv, int(n_q_heads),
+                                           int(n_kv_heads), int(head_dim), float(qk_eps))
+    return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
 
 
 @_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_swiglu={**_CACHE, "w_gu": "w_gu"},

@@ -70,6 +70,13 @@ struct Pp128x192x64C2x1E16 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_e16";
   using EpilogueTile = cute::Shape<cute::_64, cute::_16>;
 };
+/// Pingpong 128x128 with one 64x128 epilogue subtile per half tile (64 accumulator elements per thread per visit):
+/// every visit holds whole rows of the N tile, for programs that reduce over 64- or 128-column groups of a row (the
+/// per-head norm of F4 with QK-norm, epilogue/qk_norm_rope.hpp).
+struct Pp128x128x64C2x1E128 : Pp128x128x64C2x1 {
+  static constexpr char const* kName = "pp_128x128x64_c2x1_e128";
+  using EpilogueTile = cute::Shape<cute::_64, cute::_128>;
+};
 /// The fp32 wgrad's add-into-D kernel (plain::ReduceAddEpilogue): the same mainloop under its own name.
 struct Pp128x128x64C2x1Radd : Pp128x128x64C2x1 {
   static constexpr char const* kName = "pp_128x128x64_c2x1_radd";

@@ -20,7 +20,6 @@ namespace {
 // it, and coda_fused_op_configs() hands it to the GPU tests (which pin every config of every op) and the benchmarks.
 using registry::FusedOp;
 using registry::kFusedOps;
-constexpr char const* kPingpong = "pp_128x128x64_c2x1";  // fp16's one config (op.cmake: FP16 pp_128x128x64_c2x1)
 constexpr int kFusedOpCount = static_cast<int>(sizeof(kFusedOps) / sizeof(kFusedOps[0]));
 
 /// "a,b,c": the op's bf16 configs as coda_fused_op_configs and the error messages list them.
@@ -32,12 +31,17 @@ std::string joined(FusedOp const& op) {
   return out;
 }
 
-/// "a,b,c": every config some op compiles for bf16, each once, in first-listed order.
-std::string every_config() {
+/// "a,b,c": every config some op compiles for bf16 (fp16: for fp16), each once, in first-listed order.
+std::string every_config(bool fp16) {
   std::vector<std::string> seen;
   for (FusedOp const& f : kFusedOps) {
-    for (char const* c : f.bf16) {
+    auto const add = [&seen](char const* c) {
       if (c != nullptr && std::find(seen.begin(), seen.end(), c) == seen.end()) seen.emplace_back(c);
+    };
+    if (fp16) {
+      add(f.fp16);
+    } else {
+      for (char const* c : f.bf16) add(c);
     }
   }
   std::string out;
@@ -74,9 +78,10 @@ void check_pin(std::string const& spec, FusedOp const* op, std::string const& pi
   bool ok = false;
   for (FusedOp const& f : kFusedOps) ok = ok || ((op == nullptr || op == &f) && compiles(f, config));
   if (!ok) {
-    std::string const compiled = op != nullptr ? joined(*op) : every_config();
+    std::string const compiled = op != nullptr ? joined(*op) : every_config(false);
+    std::string const fp16 = op != nullptr ? (op->fp16 != nullptr ? op->fp16 : "none") : every_config(true);
     bad_spec(spec, (op != nullptr ? std::string(op->name) + " compiles" : std::string("the fused ops compile")) +
-                       " no config '" + config + "' (compiled for bf16: " + compiled + "; fp16: " + kPingpong + ")");
+                       " no config '" + config + "' (compiled for bf16: " + compiled + "; fp16: " + fp16 + ")");
   }
   if (colon != std::string::npos) {
     gemm::Knobs k;
@@ -134,7 +139,7 @@ char const* fused_op_configs(char const* op, bool fp16) {
   if (op == nullptr) return nullptr;
   int const i = find_op(op);
   if (i < 0) return nullptr;
-  if (fp16) return kPingpong;
+  if (fp16) return kFusedOps[i].fp16;
   static std::string const* const lists = [] {  // built once, thread-safe (static initialisation)
     static std::string all[kFusedOpCount];
     for (int k = 0; k < kFusedOpCount; ++k) all[k] = joined(kFusedOps[k]);

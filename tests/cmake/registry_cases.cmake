@@ -25,7 +25,7 @@ set(cases
   bad_swizzle "KERNEL A BF16 ${pp} FP16 ${pp} DEFAULT ${pp} n 3" "swizzle must be"
   spill_config "KERNEL A BF16 ${pp} ACCEPT_SPILL ${coop} 12" "ACCEPT_SPILL takes a config"
   spill_bytes "KERNEL A BF16 ${pp} ACCEPT_SPILL ${pp} lots" "must be a number"
-  fp16_list "KERNEL A BF16 ${pp} FP16 ${pp} ${coop} DEFAULT ${pp} n 8" "at most FP16"
+  fp16_list "KERNEL A BF16 ${pp} FP16 ${pp} ${coop} DEFAULT ${pp} n 8" "at most one FP16 config"
   variant_list "KERNEL A BF16 ${pp} ${coop} FP16 ${pp} DEFAULT ${pp} n 8
                 KERNEL B VARIANT v BF16 ${pp} FP16 ${pp} DEFAULT ${pp} n 8" "differs from the first"
   key_after_kernel "KERNEL A BF16 ${pp} ARGS Other" "ARGS after the first KERNEL"

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -68,6 +69,81 @@ TEST(OpRules, RopeNeedsWorkspace) {
   EXPECT_REJECTED(coda_linear_rowscale_rope(&f.h, &f.w, &f.rstd, &f.pos, &f.inv_freq, f.hq, f.hkv, f.hd, &f.qkv,
                                             nullptr, 0, nullptr),
                   CODA_ERROR_WORKSPACE, "workspace", "coda_linear_rowscale_rope");
+}
+
+struct QkNormRope {
+  TensorPool pool;
+  int32_t hq = 4, hkv = 2, hd = 64;
+  int64_t W = (4 + 2 * 2) * 64;
+  float qk_eps = 1e-6f;
+  coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {W, K});
+  coda_tensor rstd = pool.make(CODA_FP32, {M}), pos = pool.make(CODA_INT32, {M});
+  coda_tensor q_gamma = pool.make(CODA_FP32, {64}), k_gamma = pool.make(CODA_FP32, {64});
+  coda_tensor inv_freq = pool.make(CODA_FP32, {32});
+  coda_tensor qkv = pool.make(CODA_BF16, {M, W}), z = pool.make(CODA_BF16, {M, W});
+  coda_status call() {
+    return coda_linear_rowscale_qk_norm_rope(&h, &w, &rstd, &q_gamma, &k_gamma, &pos, &inv_freq, hq, hkv, hd, qk_eps,
+                                             &qkv, &z, nullptr);
+  }
+};
+
+TEST(DeviceStage, LinearRowscaleQkNormRope) {
+  QkNormRope f;
+  auto& pool = f.pool;
+  EXPECT_DEVICE_STAGE(f.call(), "h:");
+  f.hd = 128;
+  f.w = pool.make(CODA_BF16, {(4 + 2 * 2) * 128, K});
+  f.q_gamma = pool.make(CODA_FP32, {128});
+  f.k_gamma = pool.make(CODA_FP32, {128});
+  f.inv_freq = pool.make(CODA_FP32, {64});
+  f.qkv = pool.make(CODA_BF16, {M, 1024});
+  f.z = pool.make(CODA_BF16, {M, 1024});
+  EXPECT_DEVICE_STAGE(f.call(), "h:");
+}
+
+TEST(OpRules, QkNormRopeArguments) {
+  {
+    QkNormRope f;
+    auto& pool = f.pool;
+    f.hd = 96;
+    EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "head_dim", "64 or 128");
+  }
+  {
+    QkNormRope f;
+    auto& pool = f.pool;
+    f.q_gamma = pool.make(CODA_BF16, {64});  // gamma is read as fp32
+    EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "q_gamma");
+  }
+  {
+    QkNormRope f;
+    auto& pool = f.pool;
+    f.k_gamma = pool.make(CODA_FP32, {128});
+    EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "k_gamma", "head_dim");
+  }
+  {
+    QkNormRope f;
+    auto& pool = f.pool;
+    f.k_gamma.data = static_cast<char*>(f.k_gamma.data) + 4;  // 4-byte aligned: not a float pair
+    EXPECT_REJECTED(f.call(), CODA_ERROR_MISALIGNED, "k_gamma", "8-byte");
+  }
+  for (float bad : {0.0f, -1e-6f, std::nanf("")}) {
+    QkNormRope f;
+    auto& pool = f.pool;
+    f.qk_eps = bad;
+    EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "qk_eps", "> 0");
+  }
+  {
+    QkNormRope f;
+    auto& pool = f.pool;
+    f.z = f.qkv;  // the two outputs must not overlap
+    EXPECT_REJECTED(f.call(), CODA_ERROR_ALIASING, "qkv_out", "z_out");
+  }
+  {
+    QkNormRope f;
+    auto& pool = f.pool;
+    f.z = pool.make(CODA_BF16, {M, f.W - 64});
+    EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "z_out");
+  }
 }
 
 struct Lse {
@@ -640,6 +716,9 @@ TEST(Abi, FusedOpConfigs) {
                "pp_128x128x64_c2x1,pp_128x192x64_c2x1_e16");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
+  // The QK-norm op's one config (a 64x128 epilogue subtile) is also its fp16 config.
+  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_BF16), "pp_128x128x64_c2x1_e128");
+  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_FP16), "pp_128x128x64_c2x1_e128");
   EXPECT_EQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_FP32), nullptr);
   EXPECT_EQ(coda_fused_op_configs("gemm", CODA_BF16), nullptr);
   EXPECT_EQ(coda_fused_op_configs(nullptr, CODA_BF16), nullptr);
@@ -798,7 +877,8 @@ TEST(OpRules, OpConfigAcceptsEveryListedConfigAndNoOther) {
   auto& pool = f.pool;
   coda_tensor y = pool.make(CODA_FP16, {M, N});
   for (char const* op : {"linear_rowscale", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_rope",
-                         "linear_rowscale_lse", "linear_residual_rmsnorm_bwd", "linear_swiglu_bwd_zdz"}) {
+                         "linear_rowscale_qk_norm_rope", "linear_rowscale_lse", "linear_residual_rmsnorm_bwd",
+                         "linear_swiglu_bwd_zdz"}) {
     char const* list = coda_fused_op_configs(op, CODA_BF16);
     ASSERT_NE(list, nullptr) << op;
     std::string const all = list;
@@ -889,6 +969,9 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_rowscale", CODA_BF16, 8192, 16384, 4096, pp_n8.c_str()},
       // F4.
       {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, pp_n8.c_str()},
+      // F4 with QK-norm: its one kernel, for both dtypes.
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
+      {"linear_rowscale_qk_norm_rope", CODA_FP16, 1, 256, 64, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       // F5: with logits raster N; without, swizzle 8 and cooperative from K = 8192 (bf16).
       {"linear_rowscale_lse", CODA_BF16, 8192, 128256, 8192, "pp_128x128x64_c2x1:raster=n"},
       {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 4096, pp_n8.c_str()},

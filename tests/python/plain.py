@@ -33,7 +33,7 @@ def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_
     n_rot = hq + hkv
     heads = z[..., : n_rot * hd].unflatten(-1, (n_rot, hd))
     g = torch.cat((q_gamma.expand(hq, hd), k_gamma.expand(hkv, hd)))
-    normed = (rms_norm(heads, torch.ones(hd, dtype=z.dtype), eps) * g).flatten(-2)
+    normed = (rms_norm(heads, torch.ones(hd, dtype=z.dtype, device=z.device), eps) * g).flatten(-2)
     return rope_pairs(torch.cat((normed, z[..., n_rot * hd:]), dim=-1), positions, inv_freq, n_rot, hd)
 
 

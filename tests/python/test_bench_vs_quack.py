@@ -298,6 +298,14 @@ class TorchQuack:
         dg, du = dout * u * s * (1 + g * (1 - s)), dout * g * s
         return dx.copy_(torch.stack([dg, du], -1).reshape(dx.shape)), post.copy_(g * s * u)
 
+    def qk_rope(self, A, B, cs, head_dim, w, out, label=None):
+        p = self._mm(A, B).unflatten(-1, (-1, head_dim))  # every head, v too (qk_rope_epi's HeadRstd, eps 1e-6)
+        x = (p * torch.rsqrt(p.square().mean(-1, keepdim=True) + 1e-6)).flatten(-2) * w.float()
+        x1, x2 = x[:, 0::2], x[:, 1::2]
+        c, s = cs.float()[:, 0::2].repeat(1, x1.shape[1] // cs.shape[1] * 2), cs.float()[:, 1::2].repeat(
+            1, x1.shape[1] // cs.shape[1] * 2)
+        return out.copy_(torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), -1).flatten(-2))
+
     def gemm_rms(self, A, B, C, gamma, out, premult, eps):
         D = self._mm(A, B) + C.float()
         premult.copy_(D)
@@ -332,7 +340,7 @@ def _cpu_stand_ins(monkeypatch):
     import bench_gemm
     from coda import _C, _kernels, _reference
     for name in ("rmsnorm_prepare", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_swiglu_bwd_zdz",
-                 "linear_residual_rmsnorm_bwd"):
+                 "linear_residual_rmsnorm_bwd", "linear_rowscale_qk_norm_rope"):
         monkeypatch.setattr(_kernels, name, getattr(_reference, name))
     monkeypatch.setattr(_C, "stream", lambda device: None)
 

@@ -22,6 +22,12 @@ def _qkv_case(seed, M, d, hq, hkv, hd, lead=()):
             I.inv_freq(hd)]
 
 
+def _qk_case(seed, M, d, hq, hkv, hd):
+    g = I.gen(seed)
+    return [I.act(g, M, d), I.norm(g, d), I.weight(g, (hq + 2 * hkv) * hd, d), I.norm(g, hd), I.norm(g, hd),
+            I.positions(g, M), I.inv_freq(hd)]
+
+
 def _mlp_case(seed, M, d, F):
     g = I.gen(seed)
     return [I.act(g, M, d, scale=4.0), I.norm(g, d), I.weight(g, 2 * F, d), I.weight(g, d, F)]
@@ -57,6 +63,16 @@ def f_qkv(hq, hkv, hd):
 
 def p_qkv(hq, hkv, hd):
     return lambda x, gm, w, pos, inv: plain.rms_norm_qkv_rope(x, gm, w, pos, inv, hq, hkv, hd, EPS)
+
+
+def f_qk(hq, hkv, hd):
+    return lambda x, gm, w, qg, kg, pos, inv: coda.ops.rms_norm_qkv_qk_norm_rope(x, gm, w, qg, kg, pos, inv, hq, hkv,
+                                                                                 hd, EPS)
+
+
+def p_qk(hq, hkv, hd):
+    return lambda x, gm, w, qg, kg, pos, inv: plain.rms_norm_qkv_qk_norm_rope(x, gm, w, qg, kg, pos, inv, hq, hkv, hd,
+                                                                              EPS)
 
 
 def f_mlp(x, gm, wgu, wd):
@@ -112,6 +128,11 @@ def test_cpu_rms_norm_linear_batched():
 @pytest.mark.parametrize("hq,hkv,hd", [(2, 1, 64), (2, 2, 128)])
 def test_cpu_qkv_rope(hq, hkv, hd):
     check_cpu(f_qkv(hq, hkv, hd), p_qkv(hq, hkv, hd), _qkv_case(4, 9, 32, hq, hkv, hd))
+
+
+@pytest.mark.parametrize("hq,hkv,hd", [(2, 1, 64), (2, 2, 128), (3, 1, 64)])
+def test_cpu_qkv_qk_norm_rope(hq, hkv, hd):
+    check_cpu(f_qk(hq, hkv, hd), p_qk(hq, hkv, hd), _qk_case(14, 9, 32, hq, hkv, hd))
 
 
 def test_cpu_swiglu_mlp():
@@ -285,6 +306,17 @@ def test_gpu_rms_norm_linear(M, d, n, dtype):
 def test_gpu_qkv_rope(M, d, hq, hkv, hd, dtype):
     check_op(f_qkv(hq, hkv, hd), p_qkv(hq, hkv, hd), _qkv_case(M, M, d, hq, hkv, hd), dtype,
              names=["x", "gamma", "w_qkv"], row_sums=ROW_SUMS)
+
+
+# Widths 256 (2q+1k+1v of 64), 1024, 3072 (llama3-1B's heads) and 320 (3q+1k+1v of 64: a 128-column tile holds a q
+# and a k head, the last one v and 64 columns past N); the q/k gammas' gradients sum over rows and heads.
+@requires_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,d,hq,hkv,hd", [(7, 128, 2, 1, 64), (1000, 512, 4, 2, 128), (2048, 2048, 32, 8, 64),
+                                           (300, 264, 3, 1, 64)])
+def test_gpu_qkv_qk_norm_rope(M, d, hq, hkv, hd, dtype):
+    check_op(f_qk(hq, hkv, hd), p_qk(hq, hkv, hd), _qk_case(M, M, d, hq, hkv, hd), dtype,
+             names=["x", "gamma", "w_qkv", "q_gamma", "k_gamma"], row_sums=ROW_SUMS + ("q_gamma", "k_gamma"))
 
 
 @requires_gpu

@@ -1,0 +1,169 @@
+// QkNormRope: a custom sm90 EVT node for F4 with QK-norm (MATH.md "F4 with QK-norm"): on the q/k projection's
+// fragment u = rstd[m] * acc (its child), per q and k head of row m
+//   r = 1 / sqrt(mean_j u_j^2 + eps),   n_j = u_j r gamma[j],   out = RoPE(n) (F4's pair rotation)
+// with gamma = q_gamma on q heads and k_gamma on k heads ([head_dim] fp32, in the paired column layout of the
+// heads); v heads pass through (out = u). Returns out; the collective rounds it once to D.
+//
+// Why a custom node: the head's mean square needs every column of the head for a row, which no stock node
+// reduces. The config's epilogue subtile is 64 x 128, the whole N tile (gemm/configs.hpp, `_e128`), so one visit
+// holds 64 accumulator elements per thread: element 4j + 2h + e at (r + 8h, c + 8j + e), j < 16, c = the subtile's
+// first column + 2 (lane % 4) (CUTLASS_EVT.md section 4). The 4 lanes of a quad share rows r and r + 8 and
+// together cover all 128 columns: a head's sum is the thread's squares plus two xor-shuffles. head_dim 128 is one
+// head per subtile, 64 two (j < 8 and j >= 8); head boundaries fall on 64-column multiples of the tile, since the
+// tile's N origin is a multiple of 128. Which heads are q, k or v depends on the tile's column origin alone, so the
+// branches are uniform over the warp.
+//
+// Angles as F4 (rope_pair.hpp: exact for positions < 2^24); gamma and inv_freq are read per column pair with __ldg
+// (L1-resident, 1 KiB), the positions per row (two per visit; rows >= M read row M - 1 and are never stored).
+// Columns >= N hold zero accumulators (TMA zero fill); their heads are past the last v head and pass through.
+//
+// Requirements (checked by can_implement and the op's validation): pingpong (128 epilogue threads), a 128-wide N
+// tile and a 64 x 128 subtile; head_dim 64 or 128; inv_freq [head_dim / 2] fp32.
+//
+// Host reference of the node's semantics: coda::ref::linear_rowscale_qk_norm_rope (src/reference/qk_norm.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+// The visitor header uses NumericArrayConverter & co. unqualified: include it through the callbacks header.
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+
+#include "epilogue/node_base.hpp"
+#include "epilogue/rope_pair.hpp"
+#include "epilogue/smem_row_sums.hpp"
+
+namespace coda::epilogue {
+
+/// Arguments of Sm90QkNormRope (all device pointers; the op validates them).
+struct QkNormRopeArguments {
+  float const* q_gamma = nullptr;     ///< [head_dim] fp32, paired layout
+  float const* k_gamma = nullptr;     ///< [head_dim] fp32, paired layout
+  float const* inv_freq = nullptr;    ///< [head_dim / 2] fp32: pair i of every q/k head turns by pos * inv_freq[i]
+  int32_t const* positions = nullptr; ///< [M] int32, 0 <= pos < 2^24
+  int n_q_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;  ///< 64 or 128
+  float eps = 0.0f;  ///< the per-head norm's epsilon
+};
+
+template <class CtaTileShapeMNK>
+struct Sm90QkNormRope : Sm90StoreOnlyNode {
+  static_assert(cute::size<1>(CtaTileShapeMNK{}) == 128, "QkNormRope: one 128-wide N tile is one epilogue subtile");
+
+  struct SharedStorage {};
+  using Arguments = QkNormRopeArguments;
+  struct Params : Arguments {
+    int M = 0;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
+    Params p;
+    static_cast<Arguments&>(p) = args;
+    p.M = static_cast<int>(cute::get<0>(problem_shape));
+    return p;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return args.q_gamma != nullptr && args.k_gamma != nullptr && args.inv_freq != nullptr &&
+           args.positions != nullptr && (args.head_dim == 64 || args.head_dim == 128) && args.n_q_heads > 0 &&
+           args.n_kv_heads > 0 && args.eps >= 0.0f;
+  }
+
+  CUTLASS_HOST_DEVICE Sm90QkNormRope() {}
+  CUTLASS_HOST_DEVICE Sm90QkNormRope(Params const& params, SharedStorage const&) : params_ptr(&params) {}
+
+  Params const* params_ptr = nullptr;
+
+  template <class CoordTensor>
+  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params)
+        : tC_cD(cute::forward<CoordTensor>(coords)), params(params) {}
+
+    CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
+    Params const* params;  // read through the pointer (constant bank): no register copies through the tile
+
+    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
+                              cutlass::Array<ElementInput, FragmentSize> const& u) {
+      static_assert(FragmentSize == 64, "expects a 64 x 128 subtile over 128 threads: 16 column groups x 2 rows x 2");
+      auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
+      int const r = cute::get<0>(origin), c = cute::get<1>(origin);
+      int const lane2 = c & 127;  // 2 (lane % 4): the tile's N origin is a multiple of 128
+      int const base = c - lane2;
+
+      // Sums of squares of rows r, r + 8 over columns [64 t, 64 t + 64) of the subtile, merged over the quad.
+      float ss[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [t][h]
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < FragmentSize; ++k) {
+        float const v = static_cast<float>(u[k]);
+        ss[k / 32][(k >> 1) & 1] = fmaf(v, v, ss[k / 32][(k >> 1) & 1]);
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < 2; ++t) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          ss[t][h] += __shfl_xor_sync(0xffffffffu, ss[t][h], 1);
+          ss[t][h] += __shfl_xor_sync(0xffffffffu, ss[t][h], 2);
+        }
+      }
+      int const hd = params->head_dim;
+      bool const whole = hd == 128;  // one head over both halves
+      float const inv_hd = whole ? 1.0f / 128.0f : 1.0f / 64.0f;
+      int const n_rot = params->n_q_heads + params->n_kv_heads;
+      int const M = params->M;
+      float const pos[2] = {static_cast<float>(__ldg(params->positions + min(r, M - 1))),
+                            static_cast<float>(__ldg(params->positions + min(r + 8, M - 1)))};
+
+      cutlass::Array<float, FragmentSize> out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < 2; ++t) {
+        int const head = (base + 64 * t) / hd;
+        if (head >= n_rot) {  // v heads, and columns past N: pass through
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 32 * t; k < 32 * t + 32; ++k) out[k] = static_cast<float>(u[k]);
+          continue;
+        }
+        float const* const gamma = head < params->n_q_heads ? params->q_gamma : params->k_gamma;
+        float rh[2];
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          float const sum = whole ? ss[0][h] + ss[1][h] : ss[t][h];
+          rh[h] = rsqrtf(fmaf(sum, inv_hd, params->eps));
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 8 * t; j < 8 * t + 8; ++j) {
+          int const col = (8 * j + lane2) & (hd - 1);  // even: the pair's first column within its head
+          float2 const g = __ldg(reinterpret_cast<float2 const*>(gamma + col));
+          float const f = __ldg(params->inv_freq + col / 2);
+          CUTLASS_PRAGMA_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            int const k = 4 * j + 2 * h;
+            float const n0 = static_cast<float>(u[k]) * rh[h] * g.x;
+            float const n1 = static_cast<float>(u[k + 1]) * rh[h] * g.y;
+            float s, co;
+            detail::rope_sincos(pos[h], f, &s, &co);
+            out[k] = __fmaf_rn(n0, co, -n1 * s);
+            out[k + 1] = __fmaf_rn(n1, co, n0 * s);
+          }
+        }
+      }
+      return out;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    static_assert(decltype(cute::size(args.tiled_copy))::value == 128,
+                  "QkNormRope: a pingpong epilogue (128 threads; a quad's lanes share rows)");
+    auto coords = fragment_coords<ReferenceSrc>(args);
+    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), params_ptr);
+  }
+};
+
+}  // namespace coda::epilogue

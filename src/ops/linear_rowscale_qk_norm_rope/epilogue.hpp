@@ -1,0 +1,80 @@
+// F4 with QK-norm's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
+//
+//   u = multiplies(acc, ColBroadcast(rstd))          fp32
+//   z = AuxStore(u)                                  R(u) through its own TMA store; passes u on
+//   D = QkNormRope(u)                                per-head norm of q/k, gamma, RoPE; v = u (qk_norm_rope.hpp)
+//
+// The node sees u in fp32 (z's rounding is not in qkv's path), as MATH.md's one-rounding rule asks.
+#pragma once
+
+#include "epilogue/broadcast.hpp"
+#include "epilogue/qk_norm_rope.hpp"
+#include "gemm/fused_linear.hpp"
+#include "ops/linear_rowscale_qk_norm_rope/kernels.hpp"
+
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/numeric_types.h>
+
+namespace coda::ops {
+
+struct QkNormRopeEpilogue {
+  using Args = QkNormRopeArgs;
+
+  static char const* check_args(Args const& a) {
+    if (a.z == nullptr) return "z is null";
+    if (a.head_dim != 64 && a.head_dim != 128) return "head_dim must be 64 or 128";
+    return nullptr;
+  }
+
+  template <class Traits>
+  struct Program {
+    using ElementD = typename Traits::ElementD;
+    using ElementC = void;
+    static constexpr auto kRound = Traits::kRound;
+    using TileShape = typename Traits::TileShape;
+    static_assert(cute::size<1>(typename Traits::EpilogueTile{}) == 128, "QK-norm: a 64 x 128 epilogue subtile");
+
+    using Descriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
+        TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
+    using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
+                                                                              ElementD>;
+    using Rstd = epilogue::ColumnVector<TileShape>;
+    using U = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
+        cutlass::epilogue::fusion::Sm90AccFetch, Rstd>;
+    using Z = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90AuxStore<ZStore::Stages, typename ZStore::EpilogueTile, ElementD, kRound,
+                                                typename ZStore::Stride, typename ZStore::SmemLayoutAtom,
+                                                typename ZStore::CopyOpR2S>,
+        U>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::Sm90QkNormRope<TileShape>, Z>;
+
+    /// Arguments: {op_0 = z subtree {op_0 = u {acc, rstd, multiply}, op_1 = aux store}, op_1 = the node}.
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
+      auto& rstd = out.op_0.op_0.op_1;
+      rstd.ptr_col = args.rstd;
+      rstd.null_default = 0.0f;
+      rstd.dCol = {cute::_1{}, cute::_0{}, op.M};
+      auto& z = out.op_0.op_1;
+      z.ptr_aux = static_cast<ElementD*>(args.z);
+      int64_t const ldz = gemm::detail::effective_ld(args.ldz, op.M, op.N, 8);
+      z.dAux = gemm::detail::make_stride_from_ld<typename ZStore::Stride>(ldz, ldz * op.M);
+      auto& node = out.op_1;
+      node.q_gamma = args.q_gamma;
+      node.k_gamma = args.k_gamma;
+      node.inv_freq = args.inv_freq;
+      node.positions = args.positions;
+      node.n_q_heads = args.n_q_heads;
+      node.n_kv_heads = args.n_kv_heads;
+      node.head_dim = args.head_dim;
+      node.eps = args.eps;
+    }
+  };
+};
+
+template <class Config, class Element = cutlass::bfloat16_t>
+using QkNormRopeKernel = gemm::FusedLinear<Config, QkNormRopeEpilogue, Element, Element,
+                                           cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+
+}  // namespace coda::ops
