@@ -337,6 +337,30 @@ CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* 
  * \param hidden_size d (> 0). \param dz_out [M,W] same dtype; may alias dqkv exactly (in place).
  * \param zdz_out [M] fp32.
  */
+/**
+ * B1 with QK-norm (MATH.md "B1 with QK-norm"): the backward of coda_linear_rowscale_qk_norm_rope's per-head norm and
+ * RoPE, from its pre-norm z_out. Per q or k head of row m, with u = z[m, head], r = 1/sqrt(mean_j u_j^2 + qk_eps),
+ * nh = u r, g = q_gamma (q heads) or k_gamma (k heads) and dn = R(-theta) dqkv per pair:
+ *   dz = r (g dn - nh <dn, nh g> / head_dim);   v heads: dz = dqkv (bit for bit);
+ *   zdz[m] = (1/hidden_size) sum_j z[m,j] dz[m,j] (fp32, dz before its rounding);
+ *   dq_gamma[j] = sum over rows and q heads of dn_j nh_j, dk_gamma likewise over k heads (fp32).
+ * Angles in double as coda_rope_bwd_zdz; the head's sums in fp32; each dz element rounded once. Deterministic (the
+ * gamma gradients: per-block partials in the workspace, summed in a fixed order). M == 0: nothing is launched.
+ * \param z [M,W] bf16|fp16 (z_out of coda_linear_rowscale_qk_norm_rope). \param dqkv [M,W] same dtype.
+ * \param q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps: as given to the forward.
+ * \param hidden_size d (> 0). \param dz_out [M,W] same dtype; may alias dqkv exactly (in place), not z.
+ * \param zdz_out [M] fp32. \param dq_gamma_out, dk_gamma_out [head_dim] fp32.
+ * Workspace: coda_qk_norm_rope_bwd_zdz_workspace_size(M, head_dim) bytes (at most 1 MiB), 16-byte aligned.
+ */
+CODA_API coda_status coda_qk_norm_rope_bwd_zdz(const coda_tensor* z, const coda_tensor* dqkv,
+                                               const coda_tensor* q_gamma, const coda_tensor* k_gamma,
+                                               const coda_tensor* positions, const coda_tensor* inv_freq,
+                                               int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, float qk_eps,
+                                               int64_t hidden_size, coda_tensor* dz_out, coda_tensor* zdz_out,
+                                               coda_tensor* dq_gamma_out, coda_tensor* dk_gamma_out,
+                                               void* workspace, size_t workspace_bytes, void* stream);
+CODA_API size_t coda_qk_norm_rope_bwd_zdz_workspace_size(int64_t M, int64_t head_dim);
+
 CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor* dqkv,
                                        const coda_tensor* positions, const coda_tensor* inv_freq,
                                        int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,

@@ -123,6 +123,15 @@ inline void linear_rowscale_rope(TensorView const& h, TensorView const& w_qkv, T
   check(coda_linear_rowscale_rope(&h, &w_qkv, &rstd, &positions, &inv_freq, n_q_heads, n_kv_heads, head_dim,
                                   &qkv_out, ws.ptr, ws.bytes, stream));
 }
+/// F4 with QK-norm (coda_linear_rowscale_qk_norm_rope): qkv and the pre-norm z; no workspace.
+inline void linear_rowscale_qk_norm_rope(TensorView const& h, TensorView const& w_qkv, TensorView const& rstd,
+                                         TensorView const& q_gamma, TensorView const& k_gamma,
+                                         TensorView const& positions, TensorView const& inv_freq, int n_q_heads,
+                                         int n_kv_heads, int head_dim, float qk_eps, TensorView& qkv_out,
+                                         TensorView& z_out, cudaStream_t stream) {
+  check(coda_linear_rowscale_qk_norm_rope(&h, &w_qkv, &rstd, &q_gamma, &k_gamma, &positions, &inv_freq, n_q_heads,
+                                          n_kv_heads, head_dim, qk_eps, &qkv_out, &z_out, stream));
+}
 /// logits_out may be nullptr (logits not stored).
 inline void linear_rowscale_lse(TensorView const& h, TensorView const& w, TensorView const& rstd,
                                 TensorView const& targets, float softcap, int64_t ignore_index, TensorView& lse_out,
@@ -156,6 +165,19 @@ inline void rope_bwd_zdz(TensorView const& qkv, TensorView const& dqkv, TensorVi
                          int64_t hidden_size, TensorView& dz_out, TensorView& zdz_out, cudaStream_t stream) {
   check(coda_rope_bwd_zdz(&qkv, &dqkv, &positions, &inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size,
                           &dz_out, &zdz_out, stream));
+}
+/// B1 with QK-norm (coda_qk_norm_rope_bwd_zdz), from F4 with QK-norm's z; dz_out may be dqkv (in place).
+inline void qk_norm_rope_bwd_zdz(TensorView const& z, TensorView const& dqkv, TensorView const& q_gamma,
+                                 TensorView const& k_gamma, TensorView const& positions, TensorView const& inv_freq,
+                                 int n_q_heads, int n_kv_heads, int head_dim, float qk_eps, int64_t hidden_size,
+                                 TensorView& dz_out, TensorView& zdz_out, TensorView& dq_gamma_out,
+                                 TensorView& dk_gamma_out, Workspace ws, cudaStream_t stream) {
+  check(coda_qk_norm_rope_bwd_zdz(&z, &dqkv, &q_gamma, &k_gamma, &positions, &inv_freq, n_q_heads, n_kv_heads,
+                                  head_dim, qk_eps, hidden_size, &dz_out, &zdz_out, &dq_gamma_out, &dk_gamma_out,
+                                  ws.ptr, ws.bytes, stream));
+}
+inline size_t qk_norm_rope_bwd_zdz_workspace_size(int64_t M, int64_t head_dim) {
+  return coda_qk_norm_rope_bwd_zdz_workspace_size(M, head_dim);
 }
 /// dx_in may be nullptr (no incoming residual gradient).
 inline void linear_residual_rmsnorm_bwd(TensorView const& dz, TensorView const& w, TensorView const& x,

@@ -133,6 +133,8 @@ _SIGNATURES = {
     "linear_cross_entropy_bwd": ([_T, _T, _T, _T, _T, _T, _OPT, _T, _I64, _T, _T, _T, _T, _T, _P, _SZ, _P],
                                  [_I64, _I64, _I64, _I64]),
     "rope_bwd_zdz": ([_T, _T, _T, _T, _I32, _I32, _I32, _I64, _T, _T, _P], None),
+    "qk_norm_rope_bwd_zdz": ([_T, _T, _T, _T, _T, _T, _I32, _I32, _I32, _F, _I64, _T, _T, _T, _T, _P, _SZ, _P],
+                             [_I64, _I64]),
     "scale_cast": ([_T, _T, _T, _P], None),
     "linear_residual_rmsnorm_bwd": ([_T, _T, _T, _T, _T, _T, _T, _F, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
     "linear_swiglu_bwd_zdz": ([_T, _T, _T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),

@@ -169,6 +169,22 @@ def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim
     return dz, zdz
 
 
+def qk_norm_rope_bwd_zdz(z, dqkv, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim,
+                         hidden_size):
+    """B1 with QK-norm from the pre-norm z: -> (dz, zdz, dq_gamma fp32, dk_gamma fp32)."""
+    positions, inv_freq = _dense(positions), _dense(inv_freq)
+    q_gamma, k_gamma = q_gamma.to(torch.float32).contiguous(), k_gamma.to(torch.float32).contiguous()
+    M = z.shape[0]
+    dz = torch.empty_like(dqkv, memory_format=torch.contiguous_format)
+    zdz = _f32((M,), z)
+    dq_gamma, dk_gamma = _f32((head_dim,), z), _f32((head_dim,), z)
+    ws = _ws("qk_norm_rope_bwd_zdz", z.device, M, head_dim)
+    _C.call("qk_norm_rope_bwd_zdz", _d(z), _d(dqkv), _d(q_gamma), _d(k_gamma), _d(positions), _d(inv_freq),
+            n_q_heads, n_kv_heads, head_dim, eps, hidden_size, _d(dz), _d(zdz), _d(dq_gamma), _d(dk_gamma),
+            ws.data_ptr(), ws.numel(), _C.stream(z.device))
+    return dz, zdz, dq_gamma, dk_gamma
+
+
 def linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, alpha):
     """B2: dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma, dgamma = sum D c; D = alpha dz w.
     -> (dx, a, dgamma fp32)."""

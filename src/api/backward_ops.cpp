@@ -95,6 +95,73 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
   });
 }
 
+CODA_API size_t coda_qk_norm_rope_bwd_zdz_workspace_size(int64_t M, int64_t head_dim) {
+  return coda::kernels::qk_norm_rope_bwd_workspace_bytes(M, head_dim);
+}
+
+CODA_API coda_status coda_qk_norm_rope_bwd_zdz(const coda_tensor* z, const coda_tensor* dqkv,
+                                               const coda_tensor* q_gamma, const coda_tensor* k_gamma,
+                                               const coda_tensor* positions, const coda_tensor* inv_freq,
+                                               int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, float qk_eps,
+                                               int64_t hidden_size, coda_tensor* dz_out, coda_tensor* zdz_out,
+                                               coda_tensor* dq_gamma_out, coda_tensor* dk_gamma_out,
+                                               void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded("coda_qk_norm_rope_bwd_zdz", [&] {
+    Arg const Zi{z, "z"}, DQ{dqkv, "dqkv"}, GQ{q_gamma, "q_gamma"}, GK{k_gamma, "k_gamma"};
+    Arg const P{positions, "positions"}, F{inv_freq, "inv_freq"}, DZ{dz_out, "dz_out"}, ZD{zdz_out, "zdz_out"};
+    Arg const DGQ{dq_gamma_out, "dq_gamma_out"}, DGK{dk_gamma_out, "dk_gamma_out"};
+    api::require_tensor(Zi);
+    api::require_rank(Zi, 2);
+    api::require_dtype(Zi, {CODA_BF16, CODA_FP16});
+    api::require_row_major(Zi);
+    api::require_tma_aligned(Zi, true);
+    int64_t const M = Zi.size(0);
+    int64_t const width = api::check_rope_args(P, F, n_q_heads, n_kv_heads, head_dim, M);
+    api::require_size(Zi, 1, width, "(n_q_heads + 2*n_kv_heads)*head_dim", "the head counts");
+    api::check_activation(DQ, Zi, M, width, "M", "qkv width");
+    for (Arg const& g : {GQ, GK, DGQ, DGK}) api::check_vector(g, head_dim, {CODA_FP32}, "head_dim", "head_dim");
+    if (!(qk_eps > 0.0f) || !std::isfinite(qk_eps)) {
+      fail(CODA_ERROR_INVALID_ARGUMENT, "qk_eps: must be finite and > 0, got ", qk_eps);
+    }
+    if (hidden_size <= 0) fail(CODA_ERROR_INVALID_ARGUMENT, "hidden_size: must be > 0, got ", hidden_size);
+    api::check_activation(DZ, Zi, M, width, "M", "qkv width");
+    api::check_vector(ZD, M, {CODA_FP32}, "M", "z.sizes[0]");
+    api::require_same_or_disjoint(DZ, DQ);  // in place over dqkv is allowed
+    api::check_disjoint({DZ}, {Zi, GQ, GK, P, F});
+    api::check_disjoint({ZD, DGQ, DGK}, {Zi, DQ, GQ, GK, P, F, DZ});
+    api::check_disjoint({ZD}, {DGQ, DGK});
+    api::check_disjoint({DGQ}, {DGK});
+    api::require_workspace("coda_qk_norm_rope_bwd_zdz", workspace, workspace_bytes,
+                           coda_qk_norm_rope_bwd_zdz_workspace_size(M, head_dim));
+    int const device = api::require_same_device({Zi, DQ, GQ, GK, P, F, DZ, ZD, DGQ, DGK});
+    api::require_kernel_device(device, {Zi, DQ, GQ, GK, P, F, DZ, ZD, DGQ, DGK});
+    if (M == 0) return;
+    coda::kernels::QkNormRopeBwdArgs k;
+    k.dtype = Zi.dtype();
+    k.M = M;
+    k.n_q_heads = n_q_heads;
+    k.n_kv_heads = n_kv_heads;
+    k.head_dim = head_dim;
+    k.z = z->data;
+    k.ld_z = Zi.stride(0);
+    k.dqkv = dqkv->data;
+    k.ld_dqkv = DQ.stride(0);
+    k.q_gamma = static_cast<float const*>(q_gamma->data);
+    k.k_gamma = static_cast<float const*>(k_gamma->data);
+    k.positions = static_cast<int32_t const*>(positions->data);
+    k.inv_freq = static_cast<float const*>(inv_freq->data);
+    k.eps = qk_eps;
+    k.hidden_size = hidden_size;
+    k.dz = dz_out->data;
+    k.ld_dz = DZ.stride(0);
+    k.zdz = static_cast<float*>(zdz_out->data);
+    k.dq_gamma = static_cast<float*>(dq_gamma_out->data);
+    k.dk_gamma = static_cast<float*>(dk_gamma_out->data);
+    k.workspace = workspace;
+    coda::kernels::qk_norm_rope_bwd_zdz(k, static_cast<cudaStream_t>(stream));
+  });
+}
+
 CODA_API size_t coda_linear_residual_rmsnorm_bwd_workspace_size(int64_t M, int64_t N) {
   // Column partials (an upper bound over the CTA tiles); alpha is applied in the epilogue and the finishing sum.
   return M <= 0 ? 0 : col_partials_bytes(M, N);

@@ -174,6 +174,36 @@ struct RopeBwdArgs {
 /// zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j]. Angles pos * inv_freq and their sin/cos in double.
 void rope_bwd_zdz(RopeBwdArgs const& args, cudaStream_t stream);
 
+// ---- QK-norm + RoPE backward (qk_norm_rope_bwd.cu) --------------------------------------------------------------
+
+struct QkNormRopeBwdArgs {
+  coda_dtype dtype = CODA_BF16;  ///< z / dqkv / dz dtype
+  int64_t M = 0;
+  int32_t n_q_heads = 1, n_kv_heads = 1, head_dim = 64;  ///< width W = (n_q_heads + 2 n_kv_heads) head_dim
+  void const* z = nullptr;       ///< [M, W] the pre-norm projection (F4 with QK-norm's z), row stride ld_z
+  int64_t ld_z = 0;
+  void const* dqkv = nullptr;    ///< [M, W], row stride ld_dqkv
+  int64_t ld_dqkv = 0;
+  float const* q_gamma = nullptr;  ///< [head_dim]
+  float const* k_gamma = nullptr;  ///< [head_dim]
+  int32_t const* positions = nullptr;  ///< [M]
+  float const* inv_freq = nullptr;     ///< [head_dim / 2]
+  float eps = 1e-6f;
+  int64_t hidden_size = 1;
+  void* dz = nullptr;            ///< [M, W], row stride ld_dz; may be dqkv (same view)
+  int64_t ld_dz = 0;
+  float* zdz = nullptr;          ///< [M]
+  float* dq_gamma = nullptr;     ///< [head_dim]
+  float* dk_gamma = nullptr;     ///< [head_dim]
+  void* workspace = nullptr;     ///< qk_norm_rope_bwd_workspace_bytes(M, head_dim), 16-byte aligned
+};
+
+/// B1 with QK-norm (coda_qk_norm_rope_bwd_zdz): dz of the per-head norm and RoPE from the pre-norm z, zdz for the
+/// input norm's B2, and the q/k gamma gradients (per-block partials in the workspace, then column_sum).
+void qk_norm_rope_bwd_zdz(QkNormRopeBwdArgs const& args, cudaStream_t stream);
+/// Bytes of its workspace: the gamma partials of at most 1024 blocks, 256-byte rounded; 0 for M <= 0.
+size_t qk_norm_rope_bwd_workspace_bytes(int64_t M, int64_t head_dim);
+
 // ---- RoPE frequencies for F4 (rope_freq.cu) ----------------------------------------------------------------------
 
 /// out[n] = inv_freq[(n % head_dim) / 2] for the q and k columns n < (n_q_heads + n_kv_heads) * head_dim, 0 for the

@@ -447,6 +447,13 @@ Matrix linear_rowscale_qk_norm_rope_unfused(const Matrix& h, const Matrix& w_qkv
                                             const QkNorm& norm, const Positions& positions, const Vector& inv_freq,
                                             const RopeHeads& heads, coda_dtype dtype,
                                             RopeAngles angles = RopeAngles::kFloat32);
+/// B1 with QK-norm unfused (autograd of HF Qwen3's q_norm/k_norm and RoPE in dtype): dn = B1 unfused's dz (angles
+/// per `angles`); then per q/k head, with x the dtype z, r = 1/sqrtf(mean x^2 + eps) in float: d(xn) = R(dn g),
+/// dx = r (d(xn) - x r^2 mean(d(xn) x)) in float, dz = R(dx); v: dz = R(dqkv); zdz = (1/hidden) float sum z dz;
+/// dgamma = R(float sum over rows and heads of R(dn) R(x r)).
+QkNormRopeBwd qk_norm_rope_bwd_unfused(const Matrix& z, const Matrix& dqkv, const QkNorm& norm,
+                                       const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
+                                       int64_t hidden_size, coda_dtype dtype, RopeAngles angles = RopeAngles::kFloat32);
 /// F5 unfused: logits = R(R(h * rstd) w^T); capped = R(R(tanh(R(l / c))) * c) (three dtype ops); lse in float over
 /// the capped dtype logits; target logit = capped[t].
 Lse linear_rowscale_lse_unfused(const Matrix& h, const Matrix& w, const Vector& rstd, const Targets& targets,

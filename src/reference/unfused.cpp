@@ -334,6 +334,53 @@ RopeBwd rope_bwd_zdz_unfused(const Matrix& qkv, const Matrix& dqkv, const Positi
   return out;
 }
 
+QkNormRopeBwd qk_norm_rope_bwd_unfused(const Matrix& z, const Matrix& dqkv, const QkNorm& norm,
+                                       const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
+                                       int64_t hidden_size, coda_dtype dtype, RopeAngles angles) {
+  require(z.same_shape(dqkv) && hidden_size > 0 && z.cols == heads.width() &&
+              static_cast<int64_t>(norm.q_gamma.size()) == heads.head_dim &&
+              static_cast<int64_t>(norm.k_gamma.size()) == heads.head_dim,
+          "qk_norm_rope_bwd_unfused: z like dqkv [M, W], gammas [head_dim], hidden_size > 0");
+  const Matrix dn = rope_bwd_zdz_unfused(z, dqkv, positions, inv_freq, heads, hidden_size, dtype, angles).dz;
+  const int64_t hd = heads.head_dim;
+  QkNormRopeBwd out{dn, Vector(idx(z.rows)), Vector(idx(hd), 0.0), Vector(idx(hd), 0.0)};
+  std::vector<float> dq(idx(hd), 0.0f), dk(idx(hd), 0.0f);
+  for (int64_t m = 0; m < z.rows; ++m) {
+    for (int64_t head = 0; head < heads.n_q_heads + heads.n_kv_heads; ++head) {
+      const bool is_q = head < heads.n_q_heads;
+      const Vector& g = is_q ? norm.q_gamma : norm.k_gamma;
+      float sq = 0.0f;
+      for (int64_t j = 0; j < hd; ++j) {
+        const float x = q(z(m, head * hd + j), dtype);
+        sq += x * x;
+      }
+      const float r = 1.0f / std::sqrt(sq / static_cast<float>(hd) + static_cast<float>(norm.eps));
+      float dot = 0.0f;  // sum_j d(xn)_j x_j
+      for (int64_t j = 0; j < hd; ++j) {
+        const int64_t c = head * hd + j;
+        const float x = q(z(m, c), dtype);
+        const float dxn = q(static_cast<float>(dn(m, c)) * static_cast<float>(g[idx(j)]), dtype);
+        dot += dxn * x;
+        (is_q ? dq : dk)[idx(j)] += static_cast<float>(dn(m, c)) * q(x * r, dtype);
+      }
+      for (int64_t j = 0; j < hd; ++j) {
+        const int64_t c = head * hd + j;
+        const float x = q(z(m, c), dtype);
+        const float dxn = q(static_cast<float>(dn(m, c)) * static_cast<float>(g[idx(j)]), dtype);
+        out.dz(m, c) = q(r * (dxn - x * r * r * dot / static_cast<float>(hd)), dtype);
+      }
+    }
+    float s = 0.0f;
+    for (int64_t j = 0; j < z.cols; ++j) s += q(z(m, j), dtype) * static_cast<float>(out.dz(m, j));
+    out.zdz[idx(m)] = s / static_cast<float>(hidden_size);
+  }
+  for (int64_t j = 0; j < hd; ++j) {
+    out.dq_gamma[idx(j)] = q(dq[idx(j)], dtype);
+    out.dk_gamma[idx(j)] = q(dk[idx(j)], dtype);
+  }
+  return out;
+}
+
 // ---- LM head and cross-entropy -----------------------------------------------------------------------------------
 
 Lse linear_rowscale_lse_unfused(const Matrix& h, const Matrix& w, const Vector& rstd, const Targets& targets,

@@ -146,6 +146,71 @@ TEST(OpRules, QkNormRopeArguments) {
   }
 }
 
+struct QkNormRopeBwd {
+  TensorPool pool;
+  int32_t hq = 4, hkv = 2, hd = 64;
+  int64_t W = (4 + 2 * 2) * 64;
+  float qk_eps = 1e-6f;
+  coda_tensor z = pool.make(CODA_BF16, {M, W}), dqkv = pool.make(CODA_BF16, {M, W});
+  coda_tensor q_gamma = pool.make(CODA_FP32, {64}), k_gamma = pool.make(CODA_FP32, {64});
+  coda_tensor pos = pool.make(CODA_INT32, {M}), inv_freq = pool.make(CODA_FP32, {32});
+  coda_tensor dz = pool.make(CODA_BF16, {M, W}), zdz = pool.make(CODA_FP32, {M});
+  coda_tensor dq_gamma = pool.make(CODA_FP32, {64}), dk_gamma = pool.make(CODA_FP32, {64});
+  size_t wsb = coda_qk_norm_rope_bwd_zdz_workspace_size(M, 64);
+  void* ws = pool.bytes(wsb);
+  coda_status call() {
+    return coda_qk_norm_rope_bwd_zdz(&z, &dqkv, &q_gamma, &k_gamma, &pos, &inv_freq, hq, hkv, hd, qk_eps, 4096, &dz,
+                                     &zdz, &dq_gamma, &dk_gamma, ws, wsb, nullptr);
+  }
+};
+
+TEST(DeviceStage, QkNormRopeBwdZdz) {
+  QkNormRopeBwd f;
+  auto& pool = f.pool;
+  // The gamma partials of min(M, 1024) blocks, 2 head_dim floats each, 256-byte rounded.
+  EXPECT_EQ(f.wsb, static_cast<size_t>(M) * 2 * 64 * 4);
+  EXPECT_EQ(coda_qk_norm_rope_bwd_zdz_workspace_size(1 << 20, 128), size_t{1024} * 2 * 128 * 4);
+  EXPECT_EQ(coda_qk_norm_rope_bwd_zdz_workspace_size(0, 128), 0u);
+  EXPECT_DEVICE_STAGE(f.call(), "z:");
+  f.dz = f.dqkv;  // in place over dqkv
+  EXPECT_DEVICE_STAGE(f.call(), "z:");
+}
+
+TEST(OpRules, QkNormRopeBwdZdzArguments) {
+  {
+    QkNormRopeBwd f;
+    auto& pool = f.pool;
+    f.dz = f.z;  // dz may replace dqkv, never z
+    EXPECT_REJECTED(f.call(), CODA_ERROR_ALIASING, "dz_out", "z");
+  }
+  {
+    QkNormRopeBwd f;
+    auto& pool = f.pool;
+    EXPECT_REJECTED(coda_qk_norm_rope_bwd_zdz(&f.z, &f.dqkv, &f.q_gamma, &f.k_gamma, &f.pos, &f.inv_freq, f.hq, f.hkv,
+                                              f.hd, f.qk_eps, 4096, &f.dz, &f.zdz, &f.dq_gamma, &f.dk_gamma, nullptr,
+                                              0, nullptr),
+                    CODA_ERROR_WORKSPACE, "coda_qk_norm_rope_bwd_zdz");
+  }
+  {
+    QkNormRopeBwd f;
+    auto& pool = f.pool;
+    f.dk_gamma = pool.make(CODA_BF16, {64});  // the gamma gradients are fp32
+    EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "dk_gamma_out");
+  }
+  {
+    QkNormRopeBwd f;
+    auto& pool = f.pool;
+    f.qk_eps = 0.0f;
+    EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "qk_eps", "> 0");
+  }
+  {
+    QkNormRopeBwd f;
+    auto& pool = f.pool;
+    f.dqkv = pool.make(CODA_BF16, {M, f.W - 64});
+    EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "dqkv");
+  }
+}
+
 struct Lse {
   TensorPool pool;
   coda_tensor h = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});

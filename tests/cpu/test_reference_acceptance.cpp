@@ -185,6 +185,16 @@ std::vector<Output> all_outputs(coda_dtype dt, uint64_t seed, RopeAngles angles 
   add("B1 dz", b1.dz, b1u.dz, dt);
   add_v("B1 zdz", b1.zdz, b1u.zdz, CODA_FP32);
 
+  // B1 with QK-norm on a stored pre-norm z and dqkv.
+  const Matrix zq = act(m_rows, heads.width());
+  const Matrix qkv_n = rope(qk_norm(zq, qk_norm_args, heads), pos, inv_freq, heads);
+  const QkNormRopeBwd bq = qk_norm_rope_bwd(zq, qkv_n, dqkv, qk_norm_args, pos, inv_freq, heads, d);
+  const QkNormRopeBwd bqu = qk_norm_rope_bwd_unfused(zq, dqkv, qk_norm_args, pos, inv_freq, heads, d, dt, angles);
+  add("B1 qk-norm dz", bq.dz, bqu.dz, dt);
+  add_v("B1 qk-norm zdz", bq.zdz, bqu.zdz, CODA_FP32);
+  add_v("B1 qk-norm dq_gamma", bq.dq_gamma, bqu.dq_gamma, CODA_FP32);
+  add_v("B1 qk-norm dk_gamma", bq.dk_gamma, bqu.dk_gamma, CODA_FP32);
+
   // B2 on stored dz, x, gamma, fp32 rstd and zdz (zdz = (1/d) <dz, z>, scaled by alpha inside B2), with dx_in and alpha.
   const double alpha = 0.5;
   const Matrix dz = act(m_rows, f_width);

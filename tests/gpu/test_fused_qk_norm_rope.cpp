@@ -227,4 +227,127 @@ TEST(FusedQkNormRopeSanitize, Fp16Small) {
   for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_qk_norm_rope")) check_case(d, config, false);
 }
 
+// ---- B1 with QK-norm: coda_qk_norm_rope_bwd_zdz -------------------------------------------------------------------
+
+struct BwdCase {
+  int64_t M;
+  RopeHeads heads;
+  int32_t max_position;
+  bool in_place;  // dz_out over dqkv
+  std::string name() const {
+    return "M=" + std::to_string(M) + " Hq=" + std::to_string(heads.n_q_heads) + " Hkv=" +
+           std::to_string(heads.n_kv_heads) + " hd=" + std::to_string(heads.head_dim) + (in_place ? " in place" : "");
+  }
+};
+
+constexpr int64_t kHidden = 4096;
+
+void check_bwd(BwdCase const& c, uint64_t seed) {
+  SCOPED_TRACE("B1+QK-norm " + std::string(coda::test::dtype_name(g_dt)) + " " + c.name());
+  Rng rng(seed);
+  int64_t const W = c.heads.width(), hd = c.heads.head_dim, ld = W + kPad;
+  Matrix const z = round_to(random_normal(c.M, W, 0.0, 2.0, rng), g_dt);
+  Matrix const dqkv = round_to(random_normal(c.M, W, 0.0, 1.0, rng), g_dt);
+  QkNorm norm;
+  norm.q_gamma = fp32_vector(random_gamma(hd, rng));
+  norm.k_gamma = fp32_vector(random_gamma(hd, rng));
+  norm.eps = kQkEps;
+  Vector const inv_freq = rope_inv_freq(c.heads.head_dim);
+  Positions const pos = random_positions(c.M, c.max_position, rng);
+  Matrix const qkv = rope(qk_norm(z, norm, c.heads), pos, inv_freq, c.heads);
+  QkNormRopeBwd const ref = qk_norm_rope_bwd(z, qkv, dqkv, norm, pos, inv_freq, c.heads, kHidden);
+  QkNormRopeBwd const unf =
+      qk_norm_rope_bwd_unfused(z, dqkv, norm, pos, inv_freq, c.heads, kHidden, g_dt, RopeAngles::kExact);
+
+  DeviceBuffer dzb(bytes16(c.M, ld)), ddq(bytes16(c.M, ld)), dout(bytes16(c.M, ld));
+  DeviceBuffer dp(static_cast<size_t>(c.M) * 4 + 16), df(static_cast<size_t>(hd) * 2 + 16);
+  DeviceBuffer dgq(static_cast<size_t>(hd) * 4 + 16), dgk(static_cast<size_t>(hd) * 4 + 16);
+  DeviceBuffer dzdz(static_cast<size_t>(c.M) * 4 + 16), ddgq(static_cast<size_t>(hd) * 4 + 16),
+      ddgk(static_cast<size_t>(hd) * 4 + 16);
+  size_t const wsb = coda_qk_norm_rope_bwd_zdz_workspace_size(c.M, hd);
+  DeviceBuffer dws(wsb + 16);
+  std::vector<uint16_t> const zbits = coda::test::pad_rows(to_bits(z, g_dt), c.M, W, ld, kPoison16);
+  std::vector<uint16_t> const dbits = coda::test::pad_rows(to_bits(dqkv, g_dt), c.M, W, ld, kPoison16);
+  dzb.upload(zbits);
+  dp.upload(pos);
+  df.upload(std::vector<float>(inv_freq.begin(), inv_freq.end()));
+  dgq.upload(std::vector<float>(norm.q_gamma.begin(), norm.q_gamma.end()));
+  dgk.upload(std::vector<float>(norm.k_gamma.begin(), norm.k_gamma.end()));
+  coda_tensor tz = strided_tensor(dzb.get(), g_dt, c.M, W, ld);
+  coda_tensor tdq = strided_tensor(ddq.get(), g_dt, c.M, W, ld);
+  coda_tensor tout = c.in_place ? tdq : strided_tensor(dout.get(), g_dt, c.M, W, ld);
+  coda_tensor tp = coda::test::device_tensor(dp.get(), CODA_INT32, {c.M});
+  coda_tensor tf = coda::test::device_tensor(df.get(), CODA_FP32, {hd / 2});
+  coda_tensor tgq = coda::test::device_tensor(dgq.get(), CODA_FP32, {hd});
+  coda_tensor tgk = coda::test::device_tensor(dgk.get(), CODA_FP32, {hd});
+  coda_tensor tzdz = coda::test::device_tensor(dzdz.get(), CODA_FP32, {c.M});
+  coda_tensor tdgq = coda::test::device_tensor(ddgq.get(), CODA_FP32, {hd});
+  coda_tensor tdgk = coda::test::device_tensor(ddgk.get(), CODA_FP32, {hd});
+  std::vector<uint16_t> first_dz;
+  std::vector<float> first_zdz, first_dgq, first_dgk;
+  for (int rep = 0; rep < 2; ++rep) {
+    ddq.upload(dbits);
+    if (!c.in_place) dout.poison();
+    dzdz.poison();
+    ddgq.poison();
+    ddgk.poison();
+    dws.poison();
+    ASSERT_EQ(coda_qk_norm_rope_bwd_zdz(&tz, &tdq, &tgq, &tgk, &tp, &tf, c.heads.n_q_heads, c.heads.n_kv_heads,
+                                        c.heads.head_dim, static_cast<float>(kQkEps), kHidden, &tout, &tzdz, &tdgq,
+                                        &tdgk, dws.get(), wsb, nullptr),
+              CODA_SUCCESS)
+        << coda_last_error();
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> const dz = dense_output(c.in_place ? ddq : dout, c.M, W, ld, "dz_out");
+    std::vector<float> const zdz = dzdz.download<float>(static_cast<size_t>(c.M));
+    std::vector<float> const dgq_out = ddgq.download<float>(static_cast<size_t>(hd));
+    std::vector<float> const dgk_out = ddgk.download<float>(static_cast<size_t>(hd));
+    if (rep == 1) {
+      EXPECT_TRUE(dz == first_dz && zdz == first_zdz && dgq_out == first_dgq && dgk_out == first_dgk)
+          << "two runs differ";
+      break;
+    }
+    first_dz = dz, first_zdz = zdz, first_dgq = dgq_out, first_dgk = dgk_out;
+  }
+  bool const print = c.M >= 1000;
+  Matrix const dzc = matrix_from_bits(first_dz.data(), c.M, W, g_dt);
+  EXPECT_TRUE(Accepted("dz", acceptance(dzc, unf.dz, ref.dz), print));
+  EXPECT_TRUE(Accepted("zdz", acceptance(Vector(first_zdz.begin(), first_zdz.end()), unf.zdz, ref.zdz), print));
+  EXPECT_TRUE(Accepted("dq_gamma", acceptance(Vector(first_dgq.begin(), first_dgq.end()), unf.dq_gamma,
+                                              ref.dq_gamma), print));
+  EXPECT_TRUE(Accepted("dk_gamma", acceptance(Vector(first_dgk.begin(), first_dgk.end()), unf.dk_gamma,
+                                              ref.dk_gamma), print));
+  // v passes through bit for bit.
+  std::vector<uint16_t> const dq_dense = coda::test::unpad_rows(dbits, c.M, W, ld);
+  int64_t bad = 0;
+  for (int64_t m = 0; m < c.M; ++m) {
+    for (int64_t n = c.heads.rotated_width(); n < W; ++n) {
+      bad += first_dz[static_cast<size_t>(m * W + n)] != dq_dense[static_cast<size_t>(m * W + n)];
+    }
+  }
+  EXPECT_EQ(bad, 0) << "v columns of dz are not dqkv's bits";
+}
+
+TEST(QkNormRopeBwd, Shapes) {
+  CODA_REQUIRE_SM90();
+  std::vector<BwdCase> const cases = {{1, RopeHeads{1, 1, 64}, 100, false},    {7, RopeHeads{3, 1, 64}, 4096, true},
+                                      {1000, RopeHeads{2, 2, 128}, 1 << 20, false},
+                                      {1300, RopeHeads{4, 2, 64}, 131072, true},
+                                      {515, RopeHeads{32, 8, 128}, 16777215, false}};
+  for (BwdCase const& c : cases) check_bwd(c, static_cast<uint64_t>(c.M * 7 + c.heads.width()));
+}
+
+TEST(QkNormRopeBwdSanitize, Small) {
+  CODA_REQUIRE_SM90();
+  check_bwd({33, RopeHeads{3, 1, 64}, 70000, false}, 41);
+  check_bwd({33, RopeHeads{1, 1, 128}, 70000, true}, 42);
+}
+
+TEST(QkNormRopeBwdFp16, Shapes) {
+  CODA_REQUIRE_SM90();
+  coda::test::UseFp16 const fp16(g_dt);
+  check_bwd({1000, RopeHeads{2, 2, 128}, 1 << 20, false}, 43);
+  check_bwd({7, RopeHeads{3, 1, 64}, 4096, true}, 44);
+}
+
 }  // namespace

@@ -321,6 +321,28 @@ def test_gpu_qkv_qk_norm_rope(M, d, hq, hkv, hd, dtype):
 
 @requires_gpu
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,hq,hkv,hd", [(7, 3, 1, 64), (1000, 4, 2, 128), (300, 32, 8, 64)])
+def test_gpu_qk_norm_rope_bwd_kernel_matches_the_fp32_backward(M, hq, hkv, hd, dtype):
+    """coda_qk_norm_rope_bwd_zdz (the B1 with QK-norm kernel, not yet behind the op's autograd) against the op's fp32
+    PyTorch backward (_library.qk_norm_rope_bwd) and zdz = (1/d) <z, dz>: the binding's argument order and layout."""
+    from coda import _kernels, _library
+    g = I.gen(M + hd)
+    W = (hq + 2 * hkv) * hd
+    z = (2 * torch.randn(M, W, generator=g)).to(dtype).cuda()
+    dqkv = torch.randn(M, W, generator=g).to(dtype).cuda()
+    qg, kg = I.norm(g, hd).detach().float().cuda(), I.norm(g, hd).detach().float().cuda()
+    pos, inv = I.positions(g, M).to(torch.int32).cuda(), I.inv_freq(hd).float().cuda()
+    dz, zdz, dqg, dkg = _kernels.qk_norm_rope_bwd_zdz(z, dqkv, pos, inv, qg, kg, 1e-6, hq, hkv, hd, 4096)
+    want_dz, want_dqg, want_dkg = _library.qk_norm_rope_bwd(z, dqkv, pos, inv, qg, kg, 1e-6, hq, hkv, hd)
+    want_zdz = (z.float() * want_dz.float()).sum(-1) / 4096
+    rel = lambda a, b: ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()  # noqa: E731
+    assert rel(dz, want_dz) < 1e-2 and rel(zdz, want_zdz) < 1e-2
+    assert rel(dqg, want_dqg) < 1e-4 and rel(dkg, want_dkg) < 1e-4
+    assert torch.equal(dz[:, (hq + hkv) * hd:], dqkv[:, (hq + hkv) * hd:])
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,d,F", [(1, 64, 64), (1000, 256, 264), (2048, 2048, 8192)])
 def test_gpu_swiglu_mlp(M, d, F, dtype):
     check_op(f_mlp, p_mlp, _mlp_case(M, M, d, F), dtype, names=["x", "gamma", "w_gu", "w_down"], row_sums=ROW_SUMS)
