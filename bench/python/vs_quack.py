@@ -147,6 +147,8 @@ def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     if op == "block":
         return list(BLOCK_IMPLS) + [f"coda:{pin}" for pin in coda_pins]
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
+    if op == "f4qk":
+        base.append("coda_no_z")  # forward only: z (the backward's input) not stored, as quack's qk_rope stores none
     if op == "lm_head":
         base += ["coda:chunk4096", "torch_compile"]
     graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
@@ -532,6 +534,13 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             qkv, z = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd, 1e-6)
             return {"qk": qkv[:, :rot], "z": z}
         fns["coda"] = coda_call
+
+        def coda_no_z():
+            qkv, _ = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd, 1e-6,
+                                                           store_z=False)
+            return {"qk": qkv[:, :rot]}
+        fns["coda_no_z"] = coda_no_z
+        checks["coda_no_z"] = ("coda", same("qk"))
         if q:
             n = (h.float() * rstd[:, None]).to(torch.bfloat16)
             theta = pos.double()[:, None] * inv.double()[None, :]

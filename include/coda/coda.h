@@ -178,7 +178,8 @@ CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N);
  * \param q_gamma, k_gamma [head_dim] fp32, in the paired column layout of the heads (coda_pair_rope_rows applied
  *        to the [head_dim, 1] weight), 8-byte aligned.
  * \param qk_eps finite, > 0 (the per-head norm's epsilon; Qwen3: the model's rms_norm_eps).
- * \param qkv_out, z_out [M,(Hq+2*Hkv)*head_dim] same dtype as h; must not overlap each other or an input.
+ * \param qkv_out, z_out [M,(Hq+2*Hkv)*head_dim] same dtype as h; must not overlap each other or an input. z_out may
+ *        be NULL: z is not stored (inference; the backward needs it).
  * head_dim must be 64 or 128.
  */
 CODA_API coda_status coda_linear_rowscale_qk_norm_rope(const coda_tensor* h, const coda_tensor* w_qkv,
@@ -337,6 +338,12 @@ CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* 
  * \param hidden_size d (> 0). \param dz_out [M,W] same dtype; may alias dqkv exactly (in place).
  * \param zdz_out [M] fp32.
  */
+CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor* dqkv,
+                                       const coda_tensor* positions, const coda_tensor* inv_freq,
+                                       int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
+                                       int64_t hidden_size, coda_tensor* dz_out, coda_tensor* zdz_out,
+                                       void* stream);
+
 /**
  * B1 with QK-norm (MATH.md "B1 with QK-norm"): the backward of coda_linear_rowscale_qk_norm_rope's per-head norm and
  * RoPE, from its pre-norm z_out. Per q or k head of row m, with u = z[m, head], r = 1/sqrt(mean_j u_j^2 + qk_eps),
@@ -350,7 +357,8 @@ CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* 
  * \param q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps: as given to the forward.
  * \param hidden_size d (> 0). \param dz_out [M,W] same dtype; may alias dqkv exactly (in place), not z.
  * \param zdz_out [M] fp32. \param dq_gamma_out, dk_gamma_out [head_dim] fp32.
- * Workspace: coda_qk_norm_rope_bwd_zdz_workspace_size(M, head_dim) bytes (at most 1 MiB), 16-byte aligned.
+ * Workspace: coda_qk_norm_rope_bwd_zdz_workspace_size(M, head_dim) bytes (at most 1 MiB), 256-byte aligned
+ * (cudaMalloc's alignment).
  */
 CODA_API coda_status coda_qk_norm_rope_bwd_zdz(const coda_tensor* z, const coda_tensor* dqkv,
                                                const coda_tensor* q_gamma, const coda_tensor* k_gamma,
@@ -360,12 +368,6 @@ CODA_API coda_status coda_qk_norm_rope_bwd_zdz(const coda_tensor* z, const coda_
                                                coda_tensor* dq_gamma_out, coda_tensor* dk_gamma_out,
                                                void* workspace, size_t workspace_bytes, void* stream);
 CODA_API size_t coda_qk_norm_rope_bwd_zdz_workspace_size(int64_t M, int64_t head_dim);
-
-CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor* dqkv,
-                                       const coda_tensor* positions, const coda_tensor* inv_freq,
-                                       int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
-                                       int64_t hidden_size, coda_tensor* dz_out, coda_tensor* zdz_out,
-                                       void* stream);
 
 /**
  * B2: dgrad of a linear whose input was a = rstd * x * gamma, fused with the RMSNorm backward.

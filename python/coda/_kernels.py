@@ -86,13 +86,14 @@ def _float_pairs(t):
 
 
 def linear_rowscale_qk_norm_rope(h, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
-                                 head_dim, qk_eps):
-    """F4 with QK-norm: qkv = RoPE(qk_norm(diag(rstd) h w_qkv^T)) and z = diag(rstd) h w_qkv^T. -> (qkv, z)."""
+                                 head_dim, qk_eps, store_z=True):
+    """F4 with QK-norm: qkv = RoPE(qk_norm(diag(rstd) h w_qkv^T)) and z = diag(rstd) h w_qkv^T. -> (qkv, z); z is
+    None with store_z=False (the kernel skips its store: forward only)."""
     M, N = h.shape[0], w_qkv.shape[0]
     positions, inv_freq = _dense(positions), _dense(inv_freq)
     q_gamma, k_gamma = _float_pairs(q_gamma), _float_pairs(k_gamma)
     qkv = torch.empty((M, N), dtype=h.dtype, device=h.device)
-    z = torch.empty((M, N), dtype=h.dtype, device=h.device)
+    z = torch.empty((M, N), dtype=h.dtype, device=h.device) if store_z else None
     _C.call("linear_rowscale_qk_norm_rope", _d(h), _d(w_qkv), _d(rstd), _d(q_gamma), _d(k_gamma), _d(positions),
             _d(inv_freq), n_q_heads, n_kv_heads, head_dim, qk_eps, _d(qkv), _d(z), _C.stream(h.device))
     return qkv, z
@@ -169,7 +170,7 @@ def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim
     return dz, zdz
 
 
-def qk_norm_rope_bwd_zdz(z, dqkv, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim,
+def qk_norm_rope_bwd_zdz(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps,
                          hidden_size):
     """B1 with QK-norm from the pre-norm z: -> (dz, zdz, dq_gamma fp32, dk_gamma fp32)."""
     positions, inv_freq = _dense(positions), _dense(inv_freq)
@@ -180,7 +181,7 @@ def qk_norm_rope_bwd_zdz(z, dqkv, positions, inv_freq, q_gamma, k_gamma, eps, n_
     dq_gamma, dk_gamma = _f32((head_dim,), z), _f32((head_dim,), z)
     ws = _ws("qk_norm_rope_bwd_zdz", z.device, M, head_dim)
     _C.call("qk_norm_rope_bwd_zdz", _d(z), _d(dqkv), _d(q_gamma), _d(k_gamma), _d(positions), _d(inv_freq),
-            n_q_heads, n_kv_heads, head_dim, eps, hidden_size, _d(dz), _d(zdz), _d(dq_gamma), _d(dk_gamma),
+            n_q_heads, n_kv_heads, head_dim, qk_eps, hidden_size, _d(dz), _d(zdz), _d(dq_gamma), _d(dk_gamma),
             ws.data_ptr(), ws.numel(), _C.stream(z.device))
     return dz, zdz, dq_gamma, dk_gamma
 

@@ -79,11 +79,12 @@ def qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_
 
 
 def linear_rowscale_qk_norm_rope(h, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
-                                 head_dim, qk_eps):
-    """F4 with QK-norm: -> (qkv, z), both from the float64 z = diag(rstd) h w_qkv^T, rounded once to h's dtype."""
+                                 head_dim, qk_eps, store_z=True):
+    """F4 with QK-norm: -> (qkv, z), both from the float64 z = diag(rstd) h w_qkv^T, rounded once to h's dtype (z
+    None with store_z=False)."""
     z = _rowscale(h, w_qkv, rstd)
     qkv, _ = qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, qk_eps, n_q_heads, n_kv_heads, head_dim)
-    return qkv.to(h.dtype), z.to(h.dtype)
+    return qkv.to(h.dtype), (z.to(h.dtype) if store_z else None)
 
 
 def _ce(l64, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap, want_grad):
@@ -187,6 +188,16 @@ def qk_norm_rope_bwd(z, qkv, dqkv, positions, inv_freq, q_gamma, k_gamma, eps, n
     zdz = ((eps * r.square() * s).sum(dim=(1, 2)) + (z64[:, W:] * dy64[:, W:]).sum(-1)) / hidden_size
     dgamma = (dn * nh).sum(0)  # [heads, hd]
     return dz, zdz, dgamma[:n_q_heads].sum(0), dgamma[n_q_heads:].sum(0)
+
+
+def qk_norm_rope_bwd_zdz(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps,
+                         hidden_size):
+    """coda_qk_norm_rope_bwd_zdz's outputs from qk_norm_rope_bwd (float64): (dz in z's dtype, zdz, dq_gamma,
+    dk_gamma), the statistics in _stat's dtype."""
+    qkv, _ = qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, qk_eps, n_q_heads, n_kv_heads, head_dim)
+    dz, zdz, dq, dk = qk_norm_rope_bwd(z, qkv, dqkv, positions, inv_freq, q_gamma, k_gamma, qk_eps, n_q_heads,
+                                       n_kv_heads, head_dim, hidden_size)
+    return dz.to(z.dtype), _stat_like(zdz, z), _stat_like(dq, z), _stat_like(dk, z)
 
 
 def linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, alpha):

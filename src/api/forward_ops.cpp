@@ -240,9 +240,8 @@ CODA_API coda_status coda_linear_rowscale_qk_norm_rope(const coda_tensor* h, con
       fail(CODA_ERROR_INVALID_ARGUMENT, "qk_eps: must be finite and > 0, got ", qk_eps);
     }
     api::check_activation(Q, Hh, s.M, s.N, "M", "qkv width");
-    api::check_activation(Z, Hh, s.M, s.N, "M", "qkv width");
+    if (z_out != nullptr) api::check_activation(Z, Hh, s.M, s.N, "M", "qkv width");  // NULL: z not stored
     api::check_disjoint({Q, Z}, {Hh, W, S, GQ, GK, P, F});
-    api::check_disjoint({Q}, {Z});
     int const device = api::require_same_device({Hh, W, S, GQ, GK, P, F, Q, Z});
     bool const fp16 = Hh.dtype() == CODA_FP16;
     coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
@@ -250,8 +249,8 @@ CODA_API coda_status coda_linear_rowscale_qk_norm_rope(const coda_tensor* h, con
     if (s.M == 0) return;
     coda::ops::QkNormRopeArgs args;
     args.rstd = static_cast<float const*>(rstd->data);
-    args.z = z_out->data;
-    args.ldz = row_stride(Z, s.N);
+    args.z = z_out != nullptr ? z_out->data : nullptr;
+    args.ldz = z_out != nullptr ? row_stride(Z, s.N) : 0;
     args.q_gamma = static_cast<float const*>(q_gamma->data);
     args.k_gamma = static_cast<float const*>(k_gamma->data);
     args.inv_freq = static_cast<float const*>(inv_freq->data);

@@ -195,7 +195,7 @@ struct QkNormRopeBwdArgs {
   float* zdz = nullptr;          ///< [M]
   float* dq_gamma = nullptr;     ///< [head_dim]
   float* dk_gamma = nullptr;     ///< [head_dim]
-  void* workspace = nullptr;     ///< qk_norm_rope_bwd_workspace_bytes(M, head_dim), 16-byte aligned
+  void* workspace = nullptr;     ///< qk_norm_rope_bwd_workspace_bytes(M, head_dim) fp32 partials
 };
 
 /// B1 with QK-norm (coda_qk_norm_rope_bwd_zdz): dz of the per-head norm and RoPE from the pre-norm z, zdz for the

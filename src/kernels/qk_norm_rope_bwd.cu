@@ -43,19 +43,43 @@ struct QkParams {
   float eps, hidden_size;
 };
 
-/// kPer consecutive 16-bit elements (kPer = 2: 4 bytes, 4: 8 bytes; aligned: rows are 16-byte aligned).
+/// The 32-bit words of kPer consecutive 16-bit elements: one 4-byte (kPer = 2) or 8-byte (kPer = 4) global access
+/// (aligned: rows are 16-byte aligned and a lane's first column is a multiple of kPer).
+template <int kPer>
+struct Words {
+  uint32_t w[kPer / 2];
+};
+
+template <typename T, int kPer>
+__device__ __forceinline__ Words<kPer> load_words(T const* p) {
+  Words<kPer> out;
+  if constexpr (kPer == 2) {
+    out.w[0] = *reinterpret_cast<uint32_t const*>(p);
+  } else {
+    uint2 const v = *reinterpret_cast<uint2 const*>(p);
+    out.w[0] = v.x;
+    out.w[1] = v.y;
+  }
+  return out;
+}
+
+template <typename T, int kPer>
+__device__ __forceinline__ void store_words(T* p, Words<kPer> const& in) {
+  if constexpr (kPer == 2) {
+    *reinterpret_cast<uint32_t*>(p) = in.w[0];
+  } else {
+    *reinterpret_cast<uint2*>(p) = make_uint2(in.w[0], in.w[1]);
+  }
+}
+
 template <typename T, int kPer>
 __device__ __forceinline__ void load_elems(T const* p, float (&f)[kPer]) {
-  using T2 = typename detail::Elem<T>::T2;
-  T2 h[kPer / 2];
-  if constexpr (kPer == 2) {
-    *reinterpret_cast<uint32_t*>(h) = *reinterpret_cast<uint32_t const*>(p);
-  } else {
-    *reinterpret_cast<uint2*>(h) = *reinterpret_cast<uint2 const*>(p);
-  }
+  Words<kPer> const in = load_words<T, kPer>(p);
 #pragma unroll
   for (int i = 0; i < kPer / 2; ++i) {
-    float2 const v = detail::Elem<T>::to_float2(h[i]);
+    typename detail::Elem<T>::T2 h;
+    __builtin_memcpy(&h, &in.w[i], 4);
+    float2 const v = detail::Elem<T>::to_float2(h);
     f[2 * i] = v.x;
     f[2 * i + 1] = v.y;
   }
@@ -63,24 +87,18 @@ __device__ __forceinline__ void load_elems(T const* p, float (&f)[kPer]) {
 
 template <typename T, int kPer>
 __device__ __forceinline__ void store_elems(T* p, float const (&f)[kPer]) {
-  using T2 = typename detail::Elem<T>::T2;
-  T2 h[kPer / 2];
+  Words<kPer> out;
 #pragma unroll
-  for (int i = 0; i < kPer / 2; ++i) h[i] = detail::Elem<T>::from_float2(f[2 * i], f[2 * i + 1]);
-  if constexpr (kPer == 2) {
-    *reinterpret_cast<uint32_t*>(p) = *reinterpret_cast<uint32_t const*>(h);
-  } else {
-    *reinterpret_cast<uint2*>(p) = *reinterpret_cast<uint2 const*>(h);
+  for (int i = 0; i < kPer / 2; ++i) {
+    typename detail::Elem<T>::T2 const h = detail::Elem<T>::from_float2(f[2 * i], f[2 * i + 1]);
+    __builtin_memcpy(&out.w[i], &h, 4);
   }
+  store_words<T, kPer>(p, out);
 }
 
 template <typename T, int kPer>
 __device__ __forceinline__ void copy_elems(T const* src, T* dst) {
-  if constexpr (kPer == 2) {
-    *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<uint32_t const*>(src);
-  } else {
-    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<uint2 const*>(src);
-  }
+  store_words<T, kPer>(dst, load_words<T, kPer>(src));
 }
 
 // kPer = head_dim / 32: 2 (head_dim 64) or 4 (head_dim 128).

@@ -91,7 +91,9 @@ std::vector<uint16_t> dense_output(DeviceBuffer const& buf, int64_t M, int64_t N
   return coda::test::unpad_rows(p, M, N, ld);
 }
 
-void run_case(QkData const& d, char const* config, std::vector<uint16_t>& qkv, std::vector<uint16_t>& z) {
+/// with_z false: z_out NULL (not stored); z comes back empty.
+void run_case(QkData const& d, char const* config, std::vector<uint16_t>& qkv, std::vector<uint16_t>& z,
+              bool with_z = true) {
   QkCase const& c = d.c;
   int64_t const N = c.heads.width(), ldq = N + kPad, ldz = N + 2 * kPad;
   int64_t const hd = c.heads.head_dim;
@@ -121,12 +123,19 @@ void run_case(QkData const& d, char const* config, std::vector<uint16_t>& qkv, s
     dz.poison();
     ASSERT_EQ(coda_linear_rowscale_qk_norm_rope(&th, &tw, &ts, &tgq, &tgk, &tp, &tf, c.heads.n_q_heads,
                                                 c.heads.n_kv_heads, c.heads.head_dim, static_cast<float>(kQkEps), &tq,
-                                                &tz, nullptr),
+                                                with_z ? &tz : nullptr, nullptr),
               CODA_SUCCESS)
         << coda_last_error();
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<uint16_t> const q = dense_output(dq, c.M, N, ldq, "qkv_out");
-    std::vector<uint16_t> const zz = dense_output(dz, c.M, N, ldz, "z_out");
+    std::vector<uint16_t> zz;
+    if (with_z) {
+      zz = dense_output(dz, c.M, N, ldz, "z_out");
+    } else {
+      EXPECT_TRUE(dz.download<uint16_t>(static_cast<size_t>(c.M * ldz)) ==
+                  std::vector<uint16_t>(static_cast<size_t>(c.M * ldz), kPoison16))
+          << "z_out NULL: z's buffer was written";
+    }
     if (rep == 0) {
       qkv = q;
       z = zz;
@@ -157,6 +166,11 @@ void check_case(QkData const& d, char const* config, bool print) {
     }
   }
   EXPECT_LE(worst, 1.0 / 128) << "v columns are not passed through";
+  if (config == nullptr) {  // z_out NULL (inference): the same qkv, nothing else written
+    std::vector<uint16_t> q2, z2;
+    ASSERT_NO_FATAL_FAILURE(run_case(d, config, q2, z2, false));
+    EXPECT_TRUE(q2 == q) << "qkv differs without z";
+  }
 }
 
 void cases(std::vector<QkCase> const& list) {
@@ -233,10 +247,12 @@ struct BwdCase {
   int64_t M;
   RopeHeads heads;
   int32_t max_position;
-  bool in_place;  // dz_out over dqkv
+  bool in_place;       // dz_out over dqkv (its v check then only sees the input; the out-of-place cases test it)
+  double z_std = 2.0;  // 1e-3: mean u^2 ~ qk_eps, where the q/k heads' share of zdz (eps r^2 <dn, n>) is not tiny
   std::string name() const {
     return "M=" + std::to_string(M) + " Hq=" + std::to_string(heads.n_q_heads) + " Hkv=" +
-           std::to_string(heads.n_kv_heads) + " hd=" + std::to_string(heads.head_dim) + (in_place ? " in place" : "");
+           std::to_string(heads.n_kv_heads) + " hd=" + std::to_string(heads.head_dim) + (in_place ? " in place" : "") +
+           " z_std=" + std::to_string(z_std);
   }
 };
 
@@ -246,7 +262,10 @@ void check_bwd(BwdCase const& c, uint64_t seed) {
   SCOPED_TRACE("B1+QK-norm " + std::string(coda::test::dtype_name(g_dt)) + " " + c.name());
   Rng rng(seed);
   int64_t const W = c.heads.width(), hd = c.heads.head_dim, ld = W + kPad;
-  Matrix const z = round_to(random_normal(c.M, W, 0.0, 2.0, rng), g_dt);
+  Matrix z = round_to(random_normal(c.M, W, 0.0, c.z_std, rng), g_dt);
+  if (c.M > 5) {
+    for (int64_t n = 0; n < W; ++n) z(5, n) = 0.0;  // a zero row: r = 1/sqrt(eps)
+  }
   Matrix const dqkv = round_to(random_normal(c.M, W, 0.0, 1.0, rng), g_dt);
   QkNorm norm;
   norm.q_gamma = fp32_vector(random_gamma(hd, rng));
@@ -333,7 +352,9 @@ TEST(QkNormRopeBwd, Shapes) {
   std::vector<BwdCase> const cases = {{1, RopeHeads{1, 1, 64}, 100, false},    {7, RopeHeads{3, 1, 64}, 4096, true},
                                       {1000, RopeHeads{2, 2, 128}, 1 << 20, false},
                                       {1300, RopeHeads{4, 2, 64}, 131072, true},
-                                      {515, RopeHeads{32, 8, 128}, 16777215, false}};
+                                      {515, RopeHeads{32, 8, 128}, 16777215, false},
+                                      {300, RopeHeads{4, 2, 64}, 8192, false, 1e-3},
+                                      {200, RopeHeads{2, 1, 128}, 8192, true, 1e-3}};
   for (BwdCase const& c : cases) check_bwd(c, static_cast<uint64_t>(c.M * 7 + c.heads.width()));
 }
 
@@ -348,6 +369,7 @@ TEST(QkNormRopeBwdFp16, Shapes) {
   coda::test::UseFp16 const fp16(g_dt);
   check_bwd({1000, RopeHeads{2, 2, 128}, 1 << 20, false}, 43);
   check_bwd({7, RopeHeads{3, 1, 64}, 4096, true}, 44);
+  check_bwd({300, RopeHeads{4, 2, 64}, 8192, false, 1e-3}, 45);
 }
 
 }  // namespace

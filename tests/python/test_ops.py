@@ -135,6 +135,22 @@ def test_cpu_qkv_qk_norm_rope(hq, hkv, hd):
     check_cpu(f_qk(hq, hkv, hd), p_qk(hq, hkv, hd), _qk_case(14, 9, 32, hq, hkv, hd))
 
 
+def test_cpu_qk_norm_rope_bwd_zdz_reference_matches_the_ops_backward():
+    """_reference.qk_norm_rope_bwd_zdz (the CPU twin of the B1-with-QK-norm kernel's binding) against the op's own
+    backward (_library.qk_norm_rope_bwd) in float64, zdz against (1/d) <z, dz>."""
+    from coda import _library, _reference
+    g = I.gen(21)
+    hq, hkv, hd, M, d = 3, 1, 64, 9, 96
+    z = torch.randn(M, (hq + 2 * hkv) * hd, generator=g, dtype=torch.float64)
+    dqkv = torch.randn(z.shape, generator=g, dtype=torch.float64)
+    qg, kg = I.norm(g, hd).detach(), I.norm(g, hd).detach()
+    pos, inv = I.positions(g, M), I.inv_freq(hd)
+    dz, zdz, dq, dk = _reference.qk_norm_rope_bwd_zdz(z, dqkv, qg, kg, pos, inv, hq, hkv, hd, 1e-6, d)
+    want_dz, want_dq, want_dk = _library.qk_norm_rope_bwd(z, dqkv, pos, inv, qg, kg, 1e-6, hq, hkv, hd)
+    for got, want in ((dz, want_dz), (dq, want_dq), (dk, want_dk), (zdz, (z * want_dz).sum(-1) / d)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
 def test_cpu_swiglu_mlp():
     check_cpu(f_mlp, p_mlp, _mlp_case(5, 11, 32, 24))
 
@@ -332,7 +348,7 @@ def test_gpu_qk_norm_rope_bwd_kernel_matches_the_fp32_backward(M, hq, hkv, hd, d
     dqkv = torch.randn(M, W, generator=g).to(dtype).cuda()
     qg, kg = I.norm(g, hd).detach().float().cuda(), I.norm(g, hd).detach().float().cuda()
     pos, inv = I.positions(g, M).to(torch.int32).cuda(), I.inv_freq(hd).float().cuda()
-    dz, zdz, dqg, dkg = _kernels.qk_norm_rope_bwd_zdz(z, dqkv, pos, inv, qg, kg, 1e-6, hq, hkv, hd, 4096)
+    dz, zdz, dqg, dkg = _kernels.qk_norm_rope_bwd_zdz(z, dqkv, qg, kg, pos, inv, hq, hkv, hd, 1e-6, 4096)
     want_dz, want_dqg, want_dkg = _library.qk_norm_rope_bwd(z, dqkv, pos, inv, qg, kg, 1e-6, hq, hkv, hd)
     want_zdz = (z.float() * want_dz.float()).sum(-1) / 4096
     rel = lambda a, b: ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()  # noqa: E731

@@ -1,7 +1,8 @@
 // F4 with QK-norm's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
 //
 //   u = multiplies(acc, ColBroadcast(rstd))          fp32
-//   z = AuxStore(u)                                  R(u) through its own TMA store; passes u on
+//   z = AuxStore(u)                                  R(u) through its own TMA store (skipped for a null z: the
+//                                                    stock node's EnableNullptr); passes u on
 //   D = QkNormRope(u)                                per-head norm of q/k, gamma, RoPE; v = u (qk_norm_rope.hpp)
 //
 // The node sees u in fp32 (z's rounding is not in qkv's path), as MATH.md's one-rounding rule asks.
@@ -21,7 +22,6 @@ struct QkNormRopeEpilogue {
   using Args = QkNormRopeArgs;
 
   static char const* check_args(Args const& a) {
-    if (a.z == nullptr) return "z is null";
     if (a.head_dim != 64 && a.head_dim != 128) return "head_dim must be 64 or 128";
     return nullptr;
   }
@@ -57,8 +57,8 @@ struct QkNormRopeEpilogue {
       rstd.null_default = 0.0f;
       rstd.dCol = {cute::_1{}, cute::_0{}, op.M};
       auto& z = out.op_0.op_1;
-      z.ptr_aux = static_cast<ElementD*>(args.z);
-      int64_t const ldz = gemm::detail::effective_ld(args.ldz, op.M, op.N, 8);
+      z.ptr_aux = static_cast<ElementD*>(args.z);  // null: no z store
+      int64_t const ldz = args.z != nullptr ? gemm::detail::effective_ld(args.ldz, op.M, op.N, 8) : 0;
       z.dAux = gemm::detail::make_stride_from_ld<typename ZStore::Stride>(ldz, ldz * op.M);
       auto& node = out.op_1;
       node.q_gamma = args.q_gamma;

@@ -14,7 +14,8 @@ namespace coda::ops {
 /// Run-time arguments of the QK-norm + RoPE epilogue (besides Operands: A = h, B = w_qkv, D = qkv, no C).
 struct QkNormRopeArgs {
   float const* rstd = nullptr;         ///< [M] fp32
-  void* z = nullptr;                   ///< [M, N] out, D's element type: R(rstd * acc), before the per-head norm
+  void* z = nullptr;                   ///< [M, N] out, D's element type: R(rstd * acc), before the per-head norm;
+                                       ///< nullptr: not stored (forward only)
   int64_t ldz = 0;
   float const* q_gamma = nullptr;      ///< [head_dim] fp32, paired layout
   float const* k_gamma = nullptr;      ///< [head_dim] fp32, paired layout
