@@ -169,7 +169,7 @@ CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_
 CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N);
 
 /**
- * F4 with QK-norm (Qwen3, OLMo-2; MATH.md "F4 with QK-norm"): F4 with a per-head RMSNorm of the q and k heads before
+ * F4 with QK-norm (Qwen3; MATH.md "F4 with QK-norm"): F4 with a per-head RMSNorm of the q and k heads before
  * RoPE. With u = diag(rstd) (h w_qkv^T) and, per q or k head of row m, r = 1/sqrt(mean_j u_j^2 + qk_eps):
  *   n_j = u_j r gamma[j]   (gamma = q_gamma on q heads, k_gamma on k heads), then F4's rotation of n;
  * v passes through (out = u). Also stores z = u (the pre-norm projection the backward needs). qkv is computed from

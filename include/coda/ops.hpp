@@ -123,7 +123,8 @@ inline void linear_rowscale_rope(TensorView const& h, TensorView const& w_qkv, T
   check(coda_linear_rowscale_rope(&h, &w_qkv, &rstd, &positions, &inv_freq, n_q_heads, n_kv_heads, head_dim,
                                   &qkv_out, ws.ptr, ws.bytes, stream));
 }
-/// F4 with QK-norm (coda_linear_rowscale_qk_norm_rope): qkv and the pre-norm z; no workspace.
+/// F4 with QK-norm (coda_linear_rowscale_qk_norm_rope): qkv and the pre-norm z; no workspace. (The C ABI also takes a
+/// null z_out, forward only: call it directly for that.)
 inline void linear_rowscale_qk_norm_rope(TensorView const& h, TensorView const& w_qkv, TensorView const& rstd,
                                          TensorView const& q_gamma, TensorView const& k_gamma,
                                          TensorView const& positions, TensorView const& inv_freq, int n_q_heads,

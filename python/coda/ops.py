@@ -235,7 +235,7 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
                       "qk_eps")})
 def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
                               head_dim, eps=1e-6, qk_eps=None, *, cache=None):
-    """F4 with QK-norm (Qwen3, OLMo-2 style; MATH.md "F4 with QK-norm"): qkv = RoPE(qk_norm(rmsnorm(x) w_qkv^T)),
+    """F4 with QK-norm (Qwen3 style; MATH.md "F4 with QK-norm"): qkv = RoPE(qk_norm(rmsnorm(x) w_qkv^T)),
     where qk_norm RMS-normalises each q head with q_gamma and each k head with k_gamma over its head_dim columns
     (epsilon qk_eps, default eps); v passes through.
 
@@ -244,7 +244,7 @@ def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_
     Returns qkv as rms_norm_qkv_rope does. Forward: one fused GEMM (coda_linear_rowscale_qk_norm_rope: the input
     norm's row scale, the per-head norm, gamma and RoPE in its epilogue), which also stores the pre-norm z [tokens,
     W] for the backward (saved instead of qkv). Backward: B1 with QK-norm from z as PyTorch operations in fp32
-    (MATH.md; their fused kernel is not built yet), then B2.
+    (MATH.md; its kernel, coda_qk_norm_rope_bwd_zdz, is built but not used until its GPU tests have run), then B2.
     """
     op = "rms_norm_qkv_qk_norm_rope"
     _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)
