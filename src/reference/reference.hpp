@@ -279,7 +279,7 @@ RopeBwd rope_bwd_zdz(const Matrix& qkv, const Matrix& dqkv, const Positions& pos
                      const RopeHeads& heads, int64_t hidden_size);
 
 // ================================================================================================================
-// QK-norm + RoPE (Qwen3 / OLMo-2 / Gemma-3 attention input; docs/MATH.md "F4 with QK-norm", "B1 with QK-norm")
+// QK-norm + RoPE (Qwen3 / Gemma-3 attention input; docs/MATH.md "F4 with QK-norm", "B1 with QK-norm")
 // ================================================================================================================
 
 /// The per-head RMSNorm of the q and k heads: gamma vectors [head_dim] in the column layout of z's heads (CODA's:
