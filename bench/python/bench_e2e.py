@@ -1,7 +1,10 @@
 """End-to-end training step (issue 7): a llama3-1B-shaped causal LM, B x S tokens per step, forward + backward
-(and optionally AdamW), CODA against Hugging Face transformers eager, torch.compile'd and Liger-patched.
+(and optionally AdamW), CODA against Hugging Face transformers eager, torch.compile'd and Liger-patched. The
+qwen3-* shapes run HF's Qwen3ForCausalLM instead (QK-norm: coda-patched is coda.patch_qwen3, hf-liger
+apply_liger_kernel_to_qwen3; CODA has no native Qwen3 model, so their default impls leave out `coda`).
 
     python bench/python/bench_e2e.py --batch 4 --seq 8192 --out bench/results/e2e.jsonl
+    python bench/python/bench_e2e.py --shape qwen3-1.7b --batch 4 --seq 4096
 
 Implementations (all bf16 parameters and compute, SDPA attention, the same initial weights and batch):
   coda          coda.models.llama.LlamaForCausalLM (weights held in CODA's layouts)
@@ -35,7 +38,18 @@ SHAPES = {
                       num_attention_heads=32, num_key_value_heads=8, head_dim=64),
     "tiny": dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                  num_key_value_heads=1, head_dim=64),
+    # Qwen3-1.7B's shape (config.json of Qwen/Qwen3-1.7B: tied embeddings, rms_norm_eps 1e-6, rope_theta 1e6).
+    "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128),
+    "qwen3-tiny": dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=64),
 }
+DEFAULT_IMPLS = "coda,coda-patched,hf,hf-compile,hf-compile-layers,hf-liger"
+QWEN3_IMPLS = "coda-patched,hf,hf-compile,hf-compile-layers,hf-liger"
+
+
+def is_qwen3(shape):
+    return shape.startswith("qwen3")
 
 
 def hf_model(shape, device, dtype, layers=None):
@@ -43,22 +57,30 @@ def hf_model(shape, device, dtype, layers=None):
     kw = dict(SHAPES[shape])
     if layers:
         kw["num_hidden_layers"] = layers
+    torch.manual_seed(0)
+    if is_qwen3(shape):
+        cfg = transformers.Qwen3Config(**kw, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+                                       max_position_embeddings=40960, attn_implementation="sdpa", use_cache=False,
+                                       use_sliding_window=False)
+        return transformers.Qwen3ForCausalLM(cfg).to(device, dtype)
     cfg = transformers.LlamaConfig(**kw, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
                                    max_position_embeddings=131072, attn_implementation="sdpa", use_cache=False)
-    torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).to(device, dtype)
 
 
 def build(impl, base, device, dtype):
     """-> (model, step_fn(ids) -> loss)."""
+    qwen3 = base.config.model_type == "qwen3"
     if impl == "coda":
+        if qwen3:
+            raise ValueError("coda: no native Qwen3 model (coda.models.llama is LLaMA's); use coda-patched")
         m = coda.models.llama.LlamaForCausalLM(coda.models.llama.LlamaConfig.from_hf(base.config), dtype=dtype,
                                                device=device)
         m.load_state_dict(base.state_dict())
         return m, lambda ids: m(ids, labels=ids).loss
     m = copy.deepcopy(base)
     if impl == "coda-patched":
-        coda.patch_llama(m)
+        (coda.patch_qwen3 if qwen3 else coda.patch_llama)(m)
         return m, lambda ids: m(input_ids=ids, labels=ids).loss
     if impl == "hf":
         return m, lambda ids: m(input_ids=ids, labels=ids, use_cache=False).loss
@@ -74,9 +96,9 @@ def build(impl, base, device, dtype):
             layer.compile()
         return m, lambda ids: m(input_ids=ids, labels=ids, use_cache=False).loss
     if impl == "hf-liger":
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
-        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                    fused_linear_cross_entropy=True, model=m)
+        from liger_kernel import transformers as liger
+        apply = liger.apply_liger_kernel_to_qwen3 if qwen3 else liger.apply_liger_kernel_to_llama
+        apply(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True, model=m)
         return m, lambda ids: m(input_ids=ids, labels=ids, use_cache=False).loss
     raise ValueError(impl)
 
@@ -89,16 +111,19 @@ def sync(device):
 def run(impl, base, ids, args, device, dtype):
     if impl != "hf-liger":
         return run_built(impl, base, ids, args, device, dtype)
-    from transformers.models.llama import modeling_llama
-    saved = dict(vars(modeling_llama))
+    if base.config.model_type == "qwen3":
+        from transformers.models.qwen3 import modeling_qwen3 as module
+    else:
+        from transformers.models.llama import modeling_llama as module
+    saved = dict(vars(module))
     try:
         return run_built(impl, base, ids, args, device, dtype)
     finally:  # undo Liger's module-level patches
-        for k in [k for k in vars(modeling_llama) if k not in saved]:
-            delattr(modeling_llama, k)
+        for k in [k for k in vars(module) if k not in saved]:
+            delattr(module, k)
         for k, v in saved.items():
-            if vars(modeling_llama).get(k) is not v:
-                setattr(modeling_llama, k, v)
+            if vars(module).get(k) is not v:
+                setattr(module, k, v)
 
 
 def run_built(impl, base, ids, args, device, dtype):
@@ -150,7 +175,8 @@ def main():
     p.add_argument("--layers", type=int, default=None, help="override the number of layers")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=8192)
-    p.add_argument("--impls", default="coda,coda-patched,hf,hf-compile,hf-compile-layers,hf-liger")
+    p.add_argument("--impls", default=None,
+                   help=f"comma-separated (default: {DEFAULT_IMPLS}; for the qwen3 shapes {QWEN3_IMPLS})")
     p.add_argument("--optimizer", action="store_true", help="include AdamW's step in the timed step")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
@@ -167,7 +193,7 @@ def main():
     base = hf_model(args.shape, device, dtype, args.layers)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, base.config.vocab_size, (args.batch, args.seq), generator=g).to(device)
-    impls = args.impls.split(",")
+    impls = (args.impls or (QWEN3_IMPLS if is_qwen3(args.shape) else DEFAULT_IMPLS)).split(",")
     runs = {impl: [] for impl in impls}
     for rnd in range(args.rounds):  # the order rotated by one per round: see common.interleaved
         for j in range(len(impls)):
@@ -207,9 +233,9 @@ def main():
                  optimizer=args.optimizer, commit=args.commit, rounds=len(got),
                  gpu=torch.cuda.get_device_name() if device.type == "cuda" else "cpu")
         rows.append(r)
-    ref = next((r for r in rows if r["impl"] == "coda" and "error" not in r), None)
+    ref = next((r for want in ("coda", "coda-patched") for r in rows if r["impl"] == want and "error" not in r), None)
     common.append_jsonl(args.out, rows)
-    print(f"| impl | step ms | tokens/s | CODA's tokens/s over it | peak GiB | first loss | SM MHz, W |  "
+    print(f"| impl | step ms | tokens/s | {ref['impl'] if ref else 'CODA'}'s tokens/s over it | peak GiB | first loss | SM MHz, W |  "
           f"({args.shape}, {args.batch} x {args.seq}{', AdamW' if args.optimizer else ''})")
     print("|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
