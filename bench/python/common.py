@@ -88,7 +88,8 @@ def timed_pipelined(fn, reps, warmup=3, device="cuda"):
 
 # libcoda's fused ops as CODA_OP_CONFIG's per-op form names them (src/ops/op_config.cu refuses any other name).
 FUSED_OPS = ("linear_rowscale", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_rope",
-             "linear_rowscale_lse", "linear_residual_rmsnorm_bwd", "linear_swiglu_bwd_zdz")
+             "linear_rowscale_qk_norm_rope", "linear_rowscale_lse", "linear_residual_rmsnorm_bwd",
+             "linear_swiglu_bwd_zdz")
 
 
 def fused_configs(op, fp16=False):

@@ -11,7 +11,8 @@ limit a kernel can lose time to clock rather than instructions, and bench_fused 
 one after another, drifted 2-5 % against its own main measurement (bench/results/fused_sweep_h200_d6e113e/).
 
 Ops (their GEMM shapes as in bench_fused): f1_out (o-projection + residual + RMSNorm partials), f1_down
-(down-projection, the same epilogue), f3 (gate/up + SwiGLU, interleaved weight), f4 (q/k/v + RoPE), f5 (LM head +
+(down-projection, the same epilogue), f3 (gate/up + SwiGLU, interleaved weight), f4 (q/k/v + RoPE), f4qk (the same
+with Qwen3's per-head q/k RMSNorm, storing z), f5 (LM head +
 log-sum-exp through coda_linear_cross_entropy with one chunk: F5 without stored logits plus its small finishing
 kernels; V = 128256), f2_lm (F2, linear_rowscale, at the LM head's shape: one chunk of its training pass);
 backward: b2_qkv, b2_gu and b2_lm (B2, linear_residual_rmsnorm_bwd: the dgrad of the q/k/v and of the gate/up
@@ -42,7 +43,8 @@ from coda import _C, _kernels
 
 # The fused op (libcoda's name) each sweep op times; its candidates are the configs libcoda compiles for it.
 FUSED_OP_OF = {"f1_out": "linear_residual_rmsnorm", "f1_down": "linear_residual_rmsnorm", "f2_lm": "linear_rowscale",
-               "f3": "linear_rowscale_swiglu", "f4": "linear_rowscale_rope", "f5": "linear_rowscale_lse",
+               "f3": "linear_rowscale_swiglu", "f4": "linear_rowscale_rope", "f4qk": "linear_rowscale_qk_norm_rope",
+               "f5": "linear_rowscale_lse",
                "b2_qkv": "linear_residual_rmsnorm_bwd", "b2_gu": "linear_residual_rmsnorm_bwd",
                "b2_lm": "linear_residual_rmsnorm_bwd", "b3": "linear_swiglu_bwd_zdz"}
 # coda_gemm: pinned through CODA_GEMM_CONFIG, `default` = its autotuned pick
@@ -105,6 +107,15 @@ def make_op(op, cfg, M, device="cuda"):
         inv = 1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd)
         return (lambda: _kernels.linear_rowscale_rope(h, w, rstd, pos, inv, hq, hkv, hd)), (M, N, d), \
             (lambda: torch.matmul(h, w.t()))
+    if op == "f4qk":
+        N = (hq + 2 * hkv) * hd
+        w = rand(N, d, std=d ** -0.5)
+        pos = (torch.arange(M, device=device) % 8192).to(torch.int32)
+        inv = 1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd)
+        gq = 1 + 0.1 * torch.randn(hd, device=device, generator=g)
+        gk = 1 + 0.1 * torch.randn(hd, device=device, generator=g)
+        return (lambda: _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, gq, gk, pos, inv, hq, hkv, hd, 1e-6)), \
+            (M, N, d), (lambda: torch.matmul(h, w.t()))
     if op == "f5":
         w = rand(VOCAB, d, std=d ** -0.5)
         targets = torch.randint(0, VOCAB, (M,), device=device, generator=g)
@@ -128,7 +139,7 @@ def make_op(op, cfg, M, device="cuda"):
     if op == "b3":
         dx, w_down, z = rand(M, d), rand(d, F, std=d ** -0.5), rand(M, 2 * F)
         return (lambda: _kernels.linear_swiglu_bwd_zdz(dx, w_down, z)), (M, F, d), (lambda: torch.matmul(dx, w_down))
-    raise ValueError(f"--ops: unknown op {op!r} (f1_out, f1_down, f2_lm, f3, f4, f5, b2_qkv, b2_gu, b2_lm, b3, "
+    raise ValueError(f"--ops: unknown op {op!r} (f1_out, f1_down, f2_lm, f3, f4, f4qk, f5, b2_qkv, b2_gu, b2_lm, b3, "
                      "gemm_gu, gemm_down, wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv)")
 
 
