@@ -235,7 +235,8 @@ def main():
         rows.append(r)
     ref = next((r for want in ("coda", "coda-patched") for r in rows if r["impl"] == want and "error" not in r), None)
     common.append_jsonl(args.out, rows)
-    print(f"| impl | step ms | tokens/s | {ref['impl'] if ref else 'CODA'}'s tokens/s over it | peak GiB | first loss | SM MHz, W |  "
+    name = ref["impl"] if ref else "CODA"
+    print(f"| impl | step ms | tokens/s | {name}'s tokens/s over it | peak GiB | first loss | SM MHz, W |  "
           f"({args.shape}, {args.batch} x {args.seq}{', AdamW' if args.optimizer else ''})")
     print("|---|---:|---:|---:|---:|---:|---|")
     for r in rows:

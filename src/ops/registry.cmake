@@ -30,8 +30,8 @@
 # kernel CODA_OP_CONFIG pins (with its knobs), else the first RULE whose condition (a C++ expression in M, N, K, the
 # GEMM's extents, and fp16) holds, else the DEFAULT. <raster> is h (CUTLASS's heuristic), m or n; <swizzle> 1, 2, 4
 # or 8. A kind compiles at most one FP16 config. A RULE whose config the kind does not compile for fp16 applies to
-# bf16 only (fp16 goes on to the next RULE, and at the DEFAULT runs its one kernel at the DEFAULT knobs). No RULE word may be a keyword
-# of this function or contain a ';'. <why> is one line, carried into the generated code; the
+# bf16 only (fp16 goes on to the next RULE, and at the DEFAULT runs its one kernel at the DEFAULT knobs). No RULE
+# word may be a keyword of this function or contain a ';'. <why> is one line, carried into the generated code; the
 # measurements behind it go in comments above the RULE. The first KERNEL's BF16 list is the op's config list (the
 # table's entry); a later pinnable kind needs the same list, since a pin names one config for the whole op.
 # ACCEPT_SPILL exempts one kernel from the errors up to <bytes> of spill stores, checked by the ctest SpillCheck.*

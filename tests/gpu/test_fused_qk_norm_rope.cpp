@@ -225,7 +225,9 @@ TEST(FusedForward, QkNormRopeEmptyM) {
 TEST(FusedQkNormRopeSanitize, Small) {
   CODA_REQUIRE_SM90();
   QkData const d = make_case({264, 200, RopeHeads{3, 1, 64}, 70000}, 31);
-  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_qk_norm_rope")) check_case(d, config, false);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_qk_norm_rope")) {
+    check_case(d, config, false);
+  }
 }
 
 TEST(FusedForwardFp16, QkNormRopeShapes) {
@@ -238,7 +240,9 @@ TEST(FusedQkNormRopeSanitize, Fp16Small) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);
   QkData const d = make_case({264, 200, RopeHeads{1, 1, 128}, 70000}, 32);
-  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_qk_norm_rope")) check_case(d, config, false);
+  for (char const* config : coda::test::fused_configs(g_dt, "linear_rowscale_qk_norm_rope")) {
+    check_case(d, config, false);
+  }
 }
 
 // ---- B1 with QK-norm: coda_qk_norm_rope_bwd_zdz -------------------------------------------------------------------
