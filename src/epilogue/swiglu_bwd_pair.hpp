@@ -83,12 +83,15 @@ struct SwigluBwdPairArguments {
 };
 
 /// The node. `CtaTileShapeMNK` is the kernel's CTA tile; `ElementZ` the 16-bit element of z, dz (and y);
-/// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup).
-template <class CtaTileShapeMNK, class ElementZ, int kThreads = 128>
+/// `kThreads` the threads running one epilogue at a time (128: a pingpong consumer warpgroup); `kNarrowChunk` the
+/// dz words computed per store block at 64x16 subtiles (2, the shipped build; 4 keeps the two row pointers as well:
+/// more registers, fewer address computations).
+template <class CtaTileShapeMNK, class ElementZ, int kThreads = 128, int kNarrowChunk = 2>
 struct Sm90SwigluBwdPair
-    : SmemRowSumsNode<Sm90SwigluBwdPair<CtaTileShapeMNK, ElementZ, kThreads>, SwigluBwdPairArguments<ElementZ>,
-                      cute::size<0>(CtaTileShapeMNK{}), kThreads> {
+    : SmemRowSumsNode<Sm90SwigluBwdPair<CtaTileShapeMNK, ElementZ, kThreads, kNarrowChunk>,
+                      SwigluBwdPairArguments<ElementZ>, cute::size<0>(CtaTileShapeMNK{}), kThreads> {
   static_assert(cutlass::sizeof_bits<ElementZ>::value == 16, "z pairs are read and written as 32-bit words");
+  static_assert(kNarrowChunk == 2 || kNarrowChunk == 4, "64x16 subtiles: chunks of 2 or 4 dz words");
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
   using Base = SmemRowSumsNode<Sm90SwigluBwdPair, SwigluBwdPairArguments<ElementZ>, kTileM, kThreads>;
@@ -140,12 +143,15 @@ struct Sm90SwigluBwdPair
       // tile, 192 accumulators): one pair per chunk, the smallest live set (ptxas: 12 bytes of spill stores against
       // 24 with chunks of 4 and 8). There the store addresses are recomputed from Params (kernel parameter space)
       // per store rather than kept as two 64-bit row pointers (60 -> 24 bytes); 64x32 subtiles keep the pointers
-      // (no register shortage at 128 accumulators, and two integer ops fewer per store). Streaming stores (.cs:
+      // (no register shortage at 128 accumulators, and two integer ops fewer per store). kNarrowChunk = 4 is the
+      // earlier 64x16 build (chunks of two pairs, the pointers kept: more spill, measured faster; a pin-only config
+      // for the A/B, B3's op.cmake). Streaming stores (.cs:
       // evict-first): dz is not read again by this kernel. F % 8 == 0, so columns n and n + 1 are both inside or
       // both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per chunk.
       bool const inside = r + 8 < params->M && c + 8 * (FragmentSize / 4 - 1) < params->N;
-      constexpr int kChunk = FragmentSize == 16 ? 8 : 2;
-      ElementZ* const dz_r = params->ptr_dz + static_cast<int64_t>(r) * params->lddz + 2 * c;  // 64x32 only
+      constexpr int kChunk = FragmentSize == 16 ? 8 : kNarrowChunk;
+      constexpr bool kHeldRows = FragmentSize == 16 || kNarrowChunk > 2;  // the row pointers kept in registers
+      ElementZ* const dz_r = params->ptr_dz + static_cast<int64_t>(r) * params->lddz + 2 * c;  // kHeldRows only
       int64_t const dz_r8 = 8 * params->lddz;                                                  // row r + 8
       CUTLASS_PRAGMA_UNROLL
       for (int chunk = 0; chunk < FragmentSize / kChunk; ++chunk) {
@@ -177,7 +183,7 @@ struct Sm90SwigluBwdPair
         }
         auto store = [&](int k) {
           ElementZ* p;
-          if constexpr (FragmentSize == 16) {
+          if constexpr (kHeldRows) {
             p = dz_r + (((k >> 1) & 1) ? dz_r8 : 0) + 16 * (k >> 2);
           } else {
             p = params->ptr_dz + static_cast<int64_t>(r + 8 * ((k >> 1) & 1)) * params->lddz + 2 * c + 16 * (k >> 2);

@@ -18,7 +18,7 @@
 #   KERNEL <alias> [VARIANT <tag>]           a kernel kind: <alias> is a template <class Config, class Element> in
 #                                            ops/<op>/epilogue.hpp; <tag> names its getters and chooser
 #     [BF16 <config>...] [FP16 <config>...]  the configs compiled per element type
-#     [ACCEPT_SPILL <config> <bytes>]        a measured exception to ptxas's spill and local-memory errors
+#     [ACCEPT_SPILL <config> <bytes>]...     measured exceptions to ptxas's spill and local-memory errors
 #     [DEFAULT <config> <raster> <swizzle>]  makes the kind pinnable: the kernel and knobs no RULE overrides
 #     [RULE "<condition>" <config> <raster> <swizzle> "<why>"]...
 #   [KERNEL ...])
@@ -34,7 +34,7 @@
 # word may be a keyword of this function or contain a ';'. <why> is one line, carried into the generated code; the
 # measurements behind it go in comments above the RULE. The first KERNEL's BF16 list is the op's config list (the
 # table's entry); a later pinnable kind needs the same list, since a pin names one config for the whole op.
-# ACCEPT_SPILL exempts one kernel from the errors up to <bytes> of spill stores, checked by the ctest SpillCheck.*
+# Each ACCEPT_SPILL exempts one kernel from the errors up to <bytes> of spill stores, checked by the ctest SpillCheck.*
 # (src/CMakeLists.txt says when a kernel may be exempt).
 
 set(CODA_GENERATED_DIR ${CMAKE_CURRENT_BINARY_DIR}/generated)
@@ -176,15 +176,28 @@ function(coda_fused_op op)
     if(NOT "${tag}" STREQUAL "")
       set(infix "_${tag}")
     endif()
-    if(NOT "${spill}" STREQUAL "")
-      _coda_expect_words(${op} "${spill}" 2 "${bf16}"
+    foreach(config IN LISTS bf16)
+      unset(spill_bytes_${config})
+    endforeach()
+    list(LENGTH spill count)
+    set(i 0)
+    while(i LESS count)  # (config, bytes) pairs
+      math(EXPR i1 "${i} + 1")
+      set(pair "")
+      list(SUBLIST spill ${i} 2 pair)
+      _coda_expect_words(${op} "${pair}" 2 "${bf16}"
                          "ACCEPT_SPILL takes a config ${alias} compiles for bf16 and a byte count")
-      list(GET spill 0 exempt)
-      list(GET spill 1 bytes)
+      list(GET pair 0 exempt)
+      list(GET pair 1 bytes)
       if(NOT bytes MATCHES "^[0-9]+$")
         _coda_registry_error(${op} "ACCEPT_SPILL's byte count must be a number, got '${bytes}'")
       endif()
-    endif()
+      if(DEFINED spill_bytes_${exempt})
+        _coda_registry_error(${op} "ACCEPT_SPILL names ${exempt} twice")
+      endif()
+      set(spill_bytes_${exempt} ${bytes})
+      math(EXPR i "${i} + 2")
+    endwhile()
 
     # The instances.
     foreach(dtype bf16 fp16)
@@ -215,8 +228,8 @@ gemm::KernelOps<${args}> const& ${getter}() {
 }  // namespace coda::ops::${ns}
 ")
         list(APPEND sources ${dir}/${getter}.cu)
-        if(dtype STREQUAL "bf16" AND NOT "${spill}" STREQUAL "" AND "${config}" STREQUAL "${exempt}")
-          set_property(GLOBAL APPEND PROPERTY CODA_SPILL_ACCEPTED "${dir}/${getter}.cu|${bytes}")
+        if(dtype STREQUAL "bf16" AND DEFINED spill_bytes_${config})
+          set_property(GLOBAL APPEND PROPERTY CODA_SPILL_ACCEPTED "${dir}/${getter}.cu|${spill_bytes_${config}}")
         endif()
       endforeach()
     endforeach()

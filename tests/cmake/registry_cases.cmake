@@ -25,11 +25,14 @@ set(cases
   bad_swizzle "KERNEL A BF16 ${pp} FP16 ${pp} DEFAULT ${pp} n 3" "swizzle must be"
   spill_config "KERNEL A BF16 ${pp} ACCEPT_SPILL ${coop} 12" "ACCEPT_SPILL takes a config"
   spill_bytes "KERNEL A BF16 ${pp} ACCEPT_SPILL ${pp} lots" "must be a number"
+  spill_odd "KERNEL A BF16 ${pp} ${coop} ACCEPT_SPILL ${pp} 12 ${coop}" "ACCEPT_SPILL takes a config"
+  spill_twice "KERNEL A BF16 ${pp} ACCEPT_SPILL ${pp} 12 ACCEPT_SPILL ${pp} 60" "ACCEPT_SPILL names ${pp} twice"
   fp16_list "KERNEL A BF16 ${pp} FP16 ${pp} ${coop} DEFAULT ${pp} n 8" "at most one FP16 config"
   variant_list "KERNEL A BF16 ${pp} ${coop} FP16 ${pp} DEFAULT ${pp} n 8
                 KERNEL B VARIANT v BF16 ${pp} FP16 ${pp} DEFAULT ${pp} n 8" "differs from the first"
   key_after_kernel "KERNEL A BF16 ${pp} ARGS Other" "ARGS after the first KERNEL"
-  good "KERNEL A BF16 ${coop} ${pp} FP16 ${pp} DEFAULT ${pp} n 8 RULE \"K >= 8192\" ${coop} n 8 \"long K\"" "")
+  good "KERNEL A BF16 ${coop} ${pp} FP16 ${pp} ACCEPT_SPILL ${coop} 12 ACCEPT_SPILL ${pp} 60 DEFAULT ${pp} n 8
+        RULE \"K >= 8192\" ${coop} n 8 \"long K\"" "")
 
 list(LENGTH cases count)
 set(failures "")

@@ -778,7 +778,7 @@ TEST(Abi, FusedOpConfigs) {
                "coop_128x256x64_c2x1,pp_128x128x64_c2x1,pp_128x192x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("coda_linear_rowscale_swiglu", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_BF16),
-               "pp_128x128x64_c2x1,pp_128x192x64_c2x1_e16");
+               "pp_128x128x64_c2x1,pp_128x192x64_c2x1_e16,pp_128x192x64_c2x1_e16h");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
   // The QK-norm op's one config (a 64x128 epilogue subtile) is also its fp16 config.

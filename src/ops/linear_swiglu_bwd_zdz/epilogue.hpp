@@ -9,7 +9,18 @@
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
 
+#include <type_traits>
+
 namespace coda::ops {
+
+namespace b3 {
+/// The node's dz chunk at 64x16 subtiles: a config's `kNarrowChunk` when it names one, else 2 (the shipped build).
+template <class Config, class = void>
+struct NarrowChunk : std::integral_constant<int, 2> {};
+template <class Config>
+struct NarrowChunk<Config, std::void_t<decltype(Config::kNarrowChunk)>>
+    : std::integral_constant<int, Config::kNarrowChunk> {};
+}  // namespace b3
 
 struct SwigluBwdEpilogue {
   using Args = SwigluBwdArgs;
@@ -18,7 +29,8 @@ struct SwigluBwdEpilogue {
   struct Program {
     using ElementD = typename Traits::ElementD;
     using ElementC = float;  // z's (g, u) pairs as 32-bit words, copied bit for bit (float to float)
-    using Node = epilogue::Sm90SwigluBwdPair<typename Traits::TileShape, ElementD>;
+    using Node = epilogue::Sm90SwigluBwdPair<typename Traits::TileShape, ElementD, 128,
+                                             b3::NarrowChunk<typename Traits::Config>::value>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch,
                                                       cutlass::epilogue::fusion::Sm90SrcFetch<float>>;
 
