@@ -72,9 +72,10 @@ def test_sweep_ops_pins_and_environment():
     assert pins[0] == "default" and len(pins) == 1 + 3 * 8 and len(set(pins)) == len(pins)
     assert "coop_128x256x64_c2x1:raster=n,swizzle=2" in pins and "pp_128x128x64_c2x1:raster=m,swizzle=8" in pins
     assert "pp_128x192x64_c2x1:raster=n,swizzle=8" in pins
-    backward = sweep_ops.default_pins("b3")  # B3: pingpong 128x128 and 128x192 with 64x16 subtiles
-    assert backward[0] == "default" and len(backward) == 1 + 2 * 8 and not any("coop" in p for p in backward)
+    backward = sweep_ops.default_pins("b3")  # B3: pingpong 128x128, and 128x192 with 64x16 subtiles (e16, e16h)
+    assert backward[0] == "default" and len(backward) == 1 + 3 * 8 and not any("coop" in p for p in backward)
     assert "pp_128x192x64_c2x1_e16:raster=n,swizzle=8" in backward
+    assert "pp_128x192x64_c2x1_e16h:raster=n,swizzle=8" in backward
     f1_down = sweep_ops.default_pins("f1_down")
     assert len(f1_down) == 1 + 2 * 8 and not any("192" in p for p in f1_down)
     plain = sweep_ops.default_pins("gemm_gu")  # the forward layout's seven compiled configs
