@@ -85,6 +85,22 @@ inline bool padding_untouched(std::vector<uint16_t> const& padded, int64_t rows,
   return true;
 }
 
+/// Downloads a padded [M, ld] 16-bit output, checks that its padding still holds kPoison16, returns the dense [M, N]
+/// bits.
+inline std::vector<uint16_t> dense_output(DeviceBuffer const& buf, int64_t M, int64_t N, int64_t ld,
+                                          char const* name) {
+  std::vector<uint16_t> const p = buf.download<uint16_t>(static_cast<size_t>(M * ld));
+  EXPECT_TRUE(padding_untouched(p, M, N, ld, kPoison16)) << name << " row padding was written";
+  return unpad_rows(p, M, N, ld);
+}
+
+/// M fp32-exact row scales |N(0.25, 0.05)| + 0.05: an rstd for the rowscaled GEMMs' tests.
+inline ref::Vector random_rstd(int64_t M, ref::Rng& rng) {
+  ref::Vector r = ref::random_normal(1, M, 0.25, 0.05, rng).data;
+  for (double& v : r) v = ref::round_to(std::fabs(v) + 0.05, CODA_FP32);
+  return r;
+}
+
 inline uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;

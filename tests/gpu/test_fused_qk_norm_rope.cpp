@@ -24,9 +24,11 @@ using namespace coda::ref;
 using coda::test::Accepted;
 using coda::test::bytes16;
 using coda::test::config_name;
+using coda::test::dense_output;
 using coda::test::DeviceBuffer;
 using coda::test::kPoison16;
 using coda::test::PinConfig;
+using coda::test::random_rstd;
 using coda::test::strided_tensor;
 
 coda_dtype g_dt = CODA_BF16;  // bf16, or fp16 inside a UseFp16 scope
@@ -53,11 +55,6 @@ struct QkData {
   Matrix ref, unf, z_ref, z_unf;
 };
 
-Vector fp32_vector(Vector v) {
-  for (double& x : v) x = round_to(x, CODA_FP32);
-  return v;
-}
-
 QkData make_case(QkCase const& c, uint64_t seed) {
   QkData d;
   d.c = c;
@@ -68,11 +65,9 @@ QkData make_case(QkCase const& c, uint64_t seed) {
     for (int64_t k = 0; k < c.K; ++k) d.h(5, k) = 0.0;  // a zero row: the per-head norm is eps alone
   }
   d.w = round_to(random_weight(N, c.K, rng), g_dt);
-  Vector r = random_normal(1, c.M, 0.25, 0.05, rng).data;
-  for (double& v : r) v = round_to(std::fabs(v) + 0.05, CODA_FP32);
-  d.rstd = r;
-  d.norm.q_gamma = fp32_vector(random_gamma(c.heads.head_dim, rng));
-  d.norm.k_gamma = fp32_vector(random_gamma(c.heads.head_dim, rng));
+  d.rstd = random_rstd(c.M, rng);
+  d.norm.q_gamma = round_to(random_gamma(c.heads.head_dim, rng), CODA_FP32);
+  d.norm.k_gamma = round_to(random_gamma(c.heads.head_dim, rng), CODA_FP32);
   d.norm.eps = kQkEps;
   d.inv_freq = rope_inv_freq(c.heads.head_dim);
   d.pos = random_positions(c.M, c.max_position, rng);
@@ -82,13 +77,6 @@ QkData make_case(QkCase const& c, uint64_t seed) {
   d.z_ref = linear_rowscale(d.h, d.w, d.rstd);
   d.z_unf = linear_rowscale_unfused(d.h, d.w, d.rstd, g_dt);
   return d;
-}
-
-/// Downloads a padded [M, ld] 16-bit output, checks the padding, returns the dense [M, N] bits.
-std::vector<uint16_t> dense_output(DeviceBuffer const& buf, int64_t M, int64_t N, int64_t ld, char const* name) {
-  std::vector<uint16_t> const p = buf.download<uint16_t>(static_cast<size_t>(M * ld));
-  EXPECT_TRUE(coda::test::padding_untouched(p, M, N, ld, kPoison16)) << name << " row padding was written";
-  return coda::test::unpad_rows(p, M, N, ld);
 }
 
 /// with_z false: z_out NULL (not stored); z comes back empty.
@@ -272,8 +260,8 @@ void check_bwd(BwdCase const& c, uint64_t seed) {
   }
   Matrix const dqkv = round_to(random_normal(c.M, W, 0.0, 1.0, rng), g_dt);
   QkNorm norm;
-  norm.q_gamma = fp32_vector(random_gamma(hd, rng));
-  norm.k_gamma = fp32_vector(random_gamma(hd, rng));
+  norm.q_gamma = round_to(random_gamma(hd, rng), CODA_FP32);
+  norm.k_gamma = round_to(random_gamma(hd, rng), CODA_FP32);
   norm.eps = kQkEps;
   Vector const inv_freq = rope_inv_freq(c.heads.head_dim);
   Positions const pos = random_positions(c.M, c.max_position, rng);

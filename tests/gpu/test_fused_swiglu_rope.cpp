@@ -27,27 +27,16 @@ using namespace coda::ref;
 using coda::test::Accepted;
 using coda::test::bytes16;
 using coda::test::config_name;
+using coda::test::dense_output;
 using coda::test::DeviceBuffer;
 using coda::test::kPoison16;
 using coda::test::PinConfig;
+using coda::test::random_rstd;
 using coda::test::Shape;
 using coda::test::strided_tensor;
 
 coda_dtype g_dt = CODA_BF16;  // bf16, or fp16 inside a UseFp16 scope
 constexpr int64_t kPad = 8;  // extra (poisoned) elements per output row
-
-Vector random_rstd(int64_t M, Rng& rng) {
-  Vector r = random_normal(1, M, 0.25, 0.05, rng).data;
-  for (double& v : r) v = round_to(std::fabs(v) + 0.05, CODA_FP32);
-  return r;
-}
-
-/// Downloads a padded [M, ld] 16-bit output, checks the padding, returns the dense [M, N] bits.
-std::vector<uint16_t> dense_output(DeviceBuffer const& buf, int64_t M, int64_t N, int64_t ld, char const* name) {
-  std::vector<uint16_t> const p = buf.download<uint16_t>(static_cast<size_t>(M * ld));
-  EXPECT_TRUE(coda::test::padding_untouched(p, M, N, ld, kPoison16)) << name << " row padding was written";
-  return coda::test::unpad_rows(p, M, N, ld);
-}
 
 // ---- F3: coda_linear_rowscale_swiglu ------------------------------------------------------------------------------
 
