@@ -222,27 +222,17 @@ def _(x, gamma, w_qkv, h, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads
     return h.new_empty((h.shape[0], w_qkv.shape[0])), h.new_empty((h.shape[0], w_qkv.shape[0]))
 
 
-def qk_norm_rope_bwd(z, dqkv, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim):
-    """B1 with QK-norm (MATH.md) from the pre-norm z [M, W] alone, in fp32 on CUDA (float64 on the CPU):
-    dn = R^T dqkv, du = r (gamma dn - nh <dn, n> / hd) on the q/k heads (nh = u r, n = nh gamma), dv = dqkv.
-    -> (dz in z's dtype, dq_gamma, dk_gamma in the compute dtype)."""
-    cdt = torch.float32 if z.is_cuda else torch.float64
-    n_rot = n_q_heads + n_kv_heads
-    W = n_rot * head_dim
-    u = z[:, :W].to(cdt).unflatten(-1, (n_rot, head_dim))
-    r = torch.rsqrt(u.square().mean(dim=-1, keepdim=True) + eps)
-    nh = u * r
-    g = torch.cat((q_gamma.to(cdt).expand(n_q_heads, head_dim), k_gamma.to(cdt).expand(n_kv_heads, head_dim)))
-    theta = positions.to(torch.float64)[:, None] * inv_freq.to(torch.float64)  # [M, hd/2], as the forward
-    cos, sin = torch.cos(theta).to(cdt)[:, None, :], torch.sin(theta).to(cdt)[:, None, :]
-    dy = dqkv[:, :W].to(cdt).unflatten(-1, (n_rot, head_dim // 2, 2))
-    even, odd = dy[..., 0], dy[..., 1]
-    dn = torch.stack((even * cos + odd * sin, odd * cos - even * sin), dim=-1).flatten(-2)
-    s = (dn * nh * g).sum(dim=-1, keepdim=True)
-    du = r * (g * dn - nh * s / head_dim)
-    dgamma = (dn * nh).sum(0)  # [heads, hd]
-    dz = torch.cat((du.flatten(-2).to(z.dtype), dqkv[:, W:].to(z.dtype)), dim=1)
-    return dz, dgamma[:n_q_heads].sum(0), dgamma[n_q_heads:].sum(0)
+@_custom_op("coda::qk_norm_rope_bwd_zdz", mutates_args=())
+def qk_norm_rope_bwd_zdz(z: Tensor, dqkv: Tensor, q_gamma: Tensor, k_gamma: Tensor, positions: Tensor,
+                         inv_freq: Tensor, n_q_heads: int, n_kv_heads: int, head_dim: int, qk_eps: float,
+                         hidden_size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _impl(z).qk_norm_rope_bwd_zdz(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
+                                         head_dim, qk_eps, hidden_size)
+
+
+@qk_norm_rope_bwd_zdz.register_fake
+def _(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps, hidden_size):
+    return (dqkv.new_empty(dqkv.shape), _stat((z.shape[0],), z), _stat((head_dim,), z), _stat((head_dim,), z))
 
 
 def _f4qk_ctx(ctx, inputs, output):
@@ -257,9 +247,9 @@ def _f4qk_bwd(ctx, dqkv, dz_unused):
     x, gamma, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, z = ctx.saved_tensors
     if dqkv is None:
         return (None,) * 13
-    dz, dq_gamma, dk_gamma = qk_norm_rope_bwd(z, dqkv.contiguous(), positions, inv_freq, q_gamma, k_gamma,
-                                              ctx.qk_eps, *ctx.heads)
-    dx, dgamma, dw = _norm_linear_bwd(dz, _rowdot(z, dz, x.shape[1]), x, gamma, w_qkv, rstd)
+    dz, zdz, dq_gamma, dk_gamma = qk_norm_rope_bwd_zdz(z, dqkv.contiguous(), q_gamma, k_gamma, positions, inv_freq,
+                                                       *ctx.heads, ctx.qk_eps, x.shape[1])
+    dx, dgamma, dw = _norm_linear_bwd(dz, zdz, x, gamma, w_qkv, rstd)
     return (dx, dgamma, dw, None, None, dq_gamma.to(q_gamma.dtype), dk_gamma.to(k_gamma.dtype), None, None, None,
             None, None, None)
 

@@ -243,8 +243,8 @@ def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_
     applied to a [head_dim, 1] view of HF's q_norm / k_norm weight; the per-head mean does not depend on the order).
     Returns qkv as rms_norm_qkv_rope does. Forward: one fused GEMM (coda_linear_rowscale_qk_norm_rope: the input
     norm's row scale, the per-head norm, gamma and RoPE in its epilogue), which also stores the pre-norm z [tokens,
-    W] for the backward (saved instead of qkv). Backward: B1 with QK-norm from z as PyTorch operations in fp32
-    (MATH.md; its kernel, coda_qk_norm_rope_bwd_zdz, is built but not used until its GPU tests have run), then B2.
+    W] for the backward (saved instead of qkv). Backward: B1 with QK-norm from z (MATH.md; one kernel,
+    coda_qk_norm_rope_bwd_zdz: dz, zdz and the q/k gamma gradients, deterministic), then B2.
     """
     op = "rms_norm_qkv_qk_norm_rope"
     _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)

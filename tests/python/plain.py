@@ -27,14 +27,26 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, hq, hkv, hd, eps):
     return rope_pairs(rms_norm_linear(x, gamma, w_qkv, eps), positions, inv_freq, hq + hkv, hd)
 
 
-def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps):
-    """Per-head RMSNorm of the q and k heads (gammas in the paired order, eps as the input norm's) before RoPE."""
-    z = rms_norm_linear(x, gamma, w_qkv, eps)
+def qk_norm_rope(z, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps):
+    """Per-head RMSNorm of z's q and k heads (gammas in the paired order) then RoPE; v heads pass through."""
     n_rot = hq + hkv
     heads = z[..., : n_rot * hd].unflatten(-1, (n_rot, hd))
     g = torch.cat((q_gamma.expand(hq, hd), k_gamma.expand(hkv, hd)))
     normed = (rms_norm(heads, torch.ones(hd, dtype=z.dtype, device=z.device), eps) * g).flatten(-2)
     return rope_pairs(torch.cat((normed, z[..., n_rot * hd:]), dim=-1), positions, inv_freq, n_rot, hd)
+
+
+def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps):
+    """qk_norm_rope after the input norm and the QKV projection (the norm's eps for both)."""
+    return qk_norm_rope(rms_norm_linear(x, gamma, w_qkv, eps), q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
+                        eps)
+
+
+def qk_norm_rope_bwd(z, dqkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps, dtype=torch.float32):
+    """qk_norm_rope's backward by PyTorch autograd in `dtype`: -> (dz, dq_gamma, dk_gamma) in `dtype`."""
+    z, qg, kg = (t.detach().to(dtype).requires_grad_() for t in (z, q_gamma, k_gamma))
+    qkv = qk_norm_rope(z, qg, kg, positions, inv_freq, hq, hkv, hd, eps)
+    return torch.autograd.grad(qkv, (z, qg, kg), dqkv.to(dtype))
 
 
 def swiglu_mlp(x, gamma, w_gu, w_down, eps):

@@ -137,8 +137,8 @@ def test_cpu_qkv_qk_norm_rope(hq, hkv, hd):
 
 def test_cpu_qk_norm_rope_bwd_zdz_reference_matches_the_ops_backward():
     """_reference.qk_norm_rope_bwd_zdz (the CPU twin of the B1-with-QK-norm kernel's binding) against the op's own
-    backward (_library.qk_norm_rope_bwd) in float64, zdz against (1/d) <z, dz>."""
-    from coda import _library, _reference
+    backward by float64 autograd (plain.qk_norm_rope_bwd), zdz against (1/d) <z, dz>."""
+    from coda import _reference
     g = I.gen(21)
     hq, hkv, hd, M, d = 3, 1, 64, 9, 96
     z = torch.randn(M, (hq + 2 * hkv) * hd, generator=g, dtype=torch.float64)
@@ -146,7 +146,7 @@ def test_cpu_qk_norm_rope_bwd_zdz_reference_matches_the_ops_backward():
     qg, kg = I.norm(g, hd).detach(), I.norm(g, hd).detach()
     pos, inv = I.positions(g, M), I.inv_freq(hd)
     dz, zdz, dq, dk = _reference.qk_norm_rope_bwd_zdz(z, dqkv, qg, kg, pos, inv, hq, hkv, hd, 1e-6, d)
-    want_dz, want_dq, want_dk = _library.qk_norm_rope_bwd(z, dqkv, pos, inv, qg, kg, 1e-6, hq, hkv, hd)
+    want_dz, want_dq, want_dk = plain.qk_norm_rope_bwd(z, dqkv, qg, kg, pos, inv, hq, hkv, hd, 1e-6, torch.float64)
     for got, want in ((dz, want_dz), (dq, want_dq), (dk, want_dk), (zdz, (z * want_dz).sum(-1) / d)):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
@@ -339,9 +339,9 @@ def test_gpu_qkv_qk_norm_rope(M, d, hq, hkv, hd, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,hq,hkv,hd", [(7, 3, 1, 64), (1000, 4, 2, 128), (300, 32, 8, 64)])
 def test_gpu_qk_norm_rope_bwd_kernel_matches_the_fp32_backward(M, hq, hkv, hd, dtype):
-    """coda_qk_norm_rope_bwd_zdz (the B1 with QK-norm kernel, not yet behind the op's autograd) against the op's fp32
-    PyTorch backward (_library.qk_norm_rope_bwd) and zdz = (1/d) <z, dz>: the binding's argument order and layout."""
-    from coda import _kernels, _library
+    """coda_qk_norm_rope_bwd_zdz (B1 with QK-norm, the kernel behind the op's autograd) against fp32 PyTorch autograd
+    of the same map (plain.qk_norm_rope_bwd) and zdz = (1/d) <z, dz>: the binding's argument order and layout."""
+    from coda import _kernels
     g = I.gen(M + hd)
     W = (hq + 2 * hkv) * hd
     z = (2 * torch.randn(M, W, generator=g)).to(dtype).cuda()
@@ -349,7 +349,7 @@ def test_gpu_qk_norm_rope_bwd_kernel_matches_the_fp32_backward(M, hq, hkv, hd, d
     qg, kg = I.norm(g, hd).detach().float().cuda(), I.norm(g, hd).detach().float().cuda()
     pos, inv = I.positions(g, M).to(torch.int32).cuda(), I.inv_freq(hd).float().cuda()
     dz, zdz, dqg, dkg = _kernels.qk_norm_rope_bwd_zdz(z, dqkv, qg, kg, pos, inv, hq, hkv, hd, 1e-6, 4096)
-    want_dz, want_dqg, want_dkg = _library.qk_norm_rope_bwd(z, dqkv, pos, inv, qg, kg, 1e-6, hq, hkv, hd)
+    want_dz, want_dqg, want_dkg = plain.qk_norm_rope_bwd(z, dqkv, qg, kg, pos, inv, hq, hkv, hd, 1e-6)
     want_zdz = (z.float() * want_dz.float()).sum(-1) / 4096
     rel = lambda a, b: ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()  # noqa: E731
     assert rel(dz, want_dz) < 1e-2 and rel(zdz, want_zdz) < 1e-2
