@@ -149,6 +149,7 @@ def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
     if op == "f4qk":
         base.append("coda_no_z")  # forward only: z (the backward's input) not stored, as quack's qk_rope stores none
+        base.append("coda_rowscale")  # CODA's plain row-scaled GEMM (F2's) on the same shape: the epilogue-free floor
     if op == "lm_head":
         base += ["coda:chunk4096", "torch_compile"]
     graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
@@ -541,6 +542,8 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             return {"qk": qkv[:, :rot]}
         fns["coda_no_z"] = coda_no_z
         checks["coda_no_z"] = ("coda", same("qk"))
+        fns["coda_rowscale"] = lambda: {"z": _kernels.linear_rowscale(h, w, rstd)}
+        checks["coda_rowscale"] = ("coda", same("z"))
         if q:
             n = (h.float() * rstd[:, None]).to(torch.bfloat16)
             theta = pos.double()[:, None] * inv.double()[None, :]

@@ -781,8 +781,9 @@ TEST(Abi, FusedOpConfigs) {
                "pp_128x128x64_c2x1,pp_128x192x64_c2x1_e16,pp_128x192x64_c2x1_e16h");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
-  // The QK-norm op's one config (a 64x128 epilogue subtile) is also its fp16 config.
-  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_BF16), "pp_128x128x64_c2x1_e128");
+  // The QK-norm op's configs (64x128 epilogue subtiles); the first is also its fp16 config.
+  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_BF16),
+               "pp_128x128x64_c2x1_e128,pp_128x128x64_c1x2_e128");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_FP16), "pp_128x128x64_c2x1_e128");
   EXPECT_EQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_FP32), nullptr);
   EXPECT_EQ(coda_fused_op_configs("gemm", CODA_BF16), nullptr);
@@ -1051,12 +1052,12 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_residual_rmsnorm_bwd/rowscaled", CODA_BF16, 8192, 2048, 4096, pp_n8.c_str()},
       {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 8191, pp_n8.c_str()},
       {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 8192, coop_n8.c_str()},
-      // B3 (M x F x d): 128x192 with 64x16 subtiles from d = 4096 and M = 4096 (bf16).
-      {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 14336, 4096, "pp_128x192x64_c2x1_e16:raster=n,swizzle=8"},
+      // B3 (M x F x d): 128x192 with 64x16 subtiles (e16h) from d = 4096 and M = 4096 (bf16).
+      {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 14336, 4096, "pp_128x192x64_c2x1_e16h:raster=n,swizzle=8"},
       {"linear_swiglu_bwd_zdz", CODA_BF16, 4095, 14336, 4096, pp_n8.c_str()},
       {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 8192, 2048, pp_n8.c_str()},
       {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 14336, 4095, pp_n8.c_str()},
-      {"linear_swiglu_bwd_zdz", CODA_BF16, 4096, 14336, 4096, "pp_128x192x64_c2x1_e16:raster=n,swizzle=8"},
+      {"linear_swiglu_bwd_zdz", CODA_BF16, 4096, 14336, 4096, "pp_128x192x64_c2x1_e16h:raster=n,swizzle=8"},
       {"linear_swiglu_bwd_zdz", CODA_FP16, 8192, 14336, 4096, pp_n8.c_str()},
   };
   for (Case const& c : cases) {
