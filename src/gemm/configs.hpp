@@ -77,12 +77,6 @@ struct Pp128x128x64C2x1E128 : Pp128x128x64C2x1 {
   static constexpr char const* kName = "pp_128x128x64_c2x1_e128";
   using EpilogueTile = cute::Shape<cute::_64, cute::_128>;
 };
-/// The same 64x128 subtiles with the cluster along N (two N tiles share an A tile): quack's qk_rope epilogue ran
-/// fastest on a 1x2 cluster at llama3-70B's QKV width (bench/results/vs_quack/f4qk/).
-struct Pp128x128x64C1x2E128 : Mainloop<128, 128, 1, 2, true, false> {
-  static constexpr char const* kName = "pp_128x128x64_c1x2_e128";
-  using EpilogueTile = cute::Shape<cute::_64, cute::_128>;
-};
 /// The same 128x192 tile with B3's earlier 64x16 epilogue code: dz in chunks of two pairs with both row pointers
 /// kept (`kNarrowChunk`, epilogue/swiglu_bwd_pair.hpp): 60 bytes of spill stores where e16 has 12, yet 0.95-0.98 of
 /// e16's time under sustained load in one run at llama3-8B/70B (bench/results/vs_quack/b3_e16h/): B3's pick there.
