@@ -4,6 +4,8 @@
 // way (ARCHITECTURE.md, the "vector load" primitive kind).
 #pragma once
 
+#include "epilogue/tree_args.hpp"
+
 #include <cute/tensor.hpp>
 // The visitor header uses NumericArrayConverter & co. unqualified: include it through the callbacks header.
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
@@ -21,5 +23,49 @@ using ColumnVector = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, E
 template <class TileShape, class Element = float>
 using RowVector = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, float,
                                                               cute::Stride<cute::_0, cute::_1, int64_t>>;
+
+/// A ColumnVector's arguments: the [M] vector at ptr (unit stride); 0 where ptr is null.
+template <class ColumnArguments, class T>
+void set_column_vector(ColumnArguments& a, T const* ptr, int64_t M) {
+  a.ptr_col = ptr;
+  a.null_default = decltype(a.null_default)(0);
+  a.dCol = {cute::_1{}, cute::_0{}, M};
+}
+
+/// A RowVector's arguments: the [N] vector at ptr (unit stride); 0 where ptr is null.
+template <class RowArguments, class T>
+void set_row_vector(RowArguments& a, T const* ptr, int64_t N) {
+  a.ptr_row = ptr;
+  a.null_default = decltype(a.null_default)(0);
+  a.dRow = {cute::_0{}, cute::_1{}, N};
+}
+
+// The vectors CODA's programs read, each under its own name (tree_args.hpp): a program sets them by name, and two
+// of one kind in one tree stay apart (B2 reads rstd, zdz and the row scale, all ColumnVector).
+struct RstdName;
+struct ZdzName;
+struct RowScaleName;
+struct PositionsName;
+struct GammaName;
+struct InvFreqName;
+
+/// rstd [M] fp32: the input norm's 1 / rms per row (MATH.md).
+template <class TileShape>
+using Rstd = Named<ColumnVector<TileShape>, RstdName>;
+/// zdz [M] fp32: (1/d) <z, dz> per row, B2's input.
+template <class TileShape>
+using Zdz = Named<ColumnVector<TileShape>, ZdzName>;
+/// v [M] fp32: a per-row scale of the GEMM's result (the LM head's exponential form).
+template <class TileShape>
+using RowScale = Named<ColumnVector<TileShape>, RowScaleName>;
+/// positions [M] int32: each token's RoPE position.
+template <class TileShape>
+using Positions = Named<ColumnVector<TileShape, int32_t>, PositionsName>;
+/// gamma [N] in the GEMM's element type: a norm's weight along the output columns.
+template <class TileShape, class Element>
+using Gamma = Named<RowVector<TileShape, Element>, GammaName>;
+/// inv_freq per output column [N] fp32 (RoPE's frequency of each column's pair).
+template <class TileShape>
+using InvFreq = Named<RowVector<TileShape>, InvFreqName>;
 
 }  // namespace coda::epilogue

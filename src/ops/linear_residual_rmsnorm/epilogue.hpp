@@ -42,11 +42,13 @@ struct ResidualRmsnormEpilogue {
         TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
     using HStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
                                                                               ElementD>;
-    using Gamma = epilogue::RowVector<TileShape, ElementD>;
-    using H = cutlass::epilogue::fusion::Sm90EVT<
+    using Gamma = epilogue::Gamma<TileShape, ElementD>;
+    using HStoreNode =
         cutlass::epilogue::fusion::Sm90AuxStore<HStore::Stages, typename HStore::EpilogueTile, ElementD, kRound,
                                                 typename HStore::Stride, typename HStore::SmemLayoutAtom,
-                                                typename HStore::CopyOpR2S>,
+                                                typename HStore::CopyOpR2S>;
+    using H = cutlass::epilogue::fusion::Sm90EVT<
+        HStoreNode,
         cutlass::epilogue::fusion::Sm90EVT<
             cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>,
             cutlass::epilogue::fusion::Sm90SplitTreeFetch, Gamma>>;
@@ -60,18 +62,14 @@ struct ResidualRmsnormEpilogue {
 
     using Fusion = cutlass::epilogue::fusion::Sm90SplitTreeVisitor<X, Out, H>;
 
-    /// Arguments in visitor order {input tree, aux tree(s), output tree}: op_0 = x, op_1 = h, op_2 = D/partials.
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      // h: {op_0 = multiply subtree {fetch, gamma, node}, op_1 = aux store}
-      out.op_1.op_0.op_1.ptr_row = static_cast<ElementD const*>(args.gamma);
-      out.op_1.op_0.op_1.null_default = ElementD(0);
-      out.op_1.op_0.op_1.dRow = {cute::_0{}, cute::_1{}, op.N};
-      out.op_1.op_1.ptr_aux = static_cast<ElementD*>(args.h);
+      epilogue::set_row_vector(epilogue::node_args<Gamma, Fusion>(out), static_cast<ElementD const*>(args.gamma), op.N);
+      auto& h = epilogue::node_args<HStoreNode, Fusion>(out);
+      h.ptr_aux = static_cast<ElementD*>(args.h);
       int64_t const ldh = gemm::detail::effective_ld(args.ldh, op.M, op.N, 8);
-      out.op_1.op_1.dAux = gemm::detail::make_stride_from_ld<typename HStore::Stride>(ldh, ldh * op.M);
-      // partials: {op_0 = fetch, op_1 = row partials}
-      out.op_2.op_1.ptr_partials = args.partials;
+      h.dAux = gemm::detail::make_stride_from_ld<typename HStore::Stride>(ldh, ldh * op.M);
+      epilogue::node_args<SumSq, Fusion>(out).ptr_partials = args.partials;
     }
   };
 };

@@ -168,8 +168,8 @@ struct ResidualRmsnormBwdEpilogueT {
     using X = cutlass::epilogue::fusion::Sm90AuxLoad<XDesc::Stages, typename EpiDesc::EpilogueTile, ElementD,
                                                      MatStride, typename XDesc::SmemLayoutAtom,
                                                      typename XDesc::CopyOpS2R>;
-    using Rstd = epilogue::ColumnVector<TileShape>;
-    using Gamma = epilogue::RowVector<TileShape, ElementD>;
+    using Rstd = epilogue::Rstd<TileShape>;
+    using Gamma = epilogue::Gamma<TileShape, ElementD>;
     // a leaves like D: R2S in postreduce, then a TMA store.
     using ADesc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpiDesc, cutlass::layout::RowMajor,
                                                                            ElementD>;
@@ -180,69 +180,44 @@ struct ResidualRmsnormBwdEpilogueT {
         TileShape, cutlass::epilogue::collective::detail::sm90_is_cooperative_v<typename Traits::EpilogueSchedule>
                        ? 8
                        : 4>;
-    using Zdz = epilogue::ColumnVector<TileShape>;
+    using Zdz = epilogue::Zdz<TileShape>;
     using DxIn = cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>;
 
     template <class Node, class... Children>
     using EVT = cutlass::epilogue::fusion::Sm90EVT<Node, Children...>;
-    using V = epilogue::ColumnVector<TileShape>;
+    using V = epilogue::RowScale<TileShape>;
     using C = EVT<Op<cutlass::multiplies>, X, Rstd>;
-    using CA = std::conditional_t<kRowScale, EVT<epilogue::Sm90Tap<AStore, b2::TimesGammaV>, C, Gamma, V>,
-                                  EVT<epilogue::Sm90Tap<AStore, b2::TimesGamma>, C, Gamma>>;
-    using CG = std::conditional_t<kRowScale, EVT<epilogue::Sm90Tap<DgammaPartials, b2::AccTimesV>, CA, V>,
-                                  EVT<epilogue::Sm90Tap<DgammaPartials, b2::AccTimes>, CA>>;
-    using Fusion = std::conditional_t<kRowScale, EVT<Op<b2::B2DxV>, Acc, CG, Gamma, Rstd, Zdz, DxIn, V>,
-                                      EVT<Op<b2::B2Dx>, Acc, CG, Gamma, Rstd, Zdz, DxIn>>;
+    using ATap = std::conditional_t<kRowScale, epilogue::Sm90Tap<AStore, b2::TimesGammaV>,
+                                    epilogue::Sm90Tap<AStore, b2::TimesGamma>>;
+    using DgammaTap = std::conditional_t<kRowScale, epilogue::Sm90Tap<DgammaPartials, b2::AccTimesV>,
+                                         epilogue::Sm90Tap<DgammaPartials, b2::AccTimes>>;
+    using DxNode = std::conditional_t<kRowScale, Op<b2::B2DxV>, Op<b2::B2Dx>>;
+    using CA = std::conditional_t<kRowScale, EVT<ATap, C, Gamma, V>, EVT<ATap, C, Gamma>>;
+    using CG = std::conditional_t<kRowScale, EVT<DgammaTap, CA, V>, EVT<DgammaTap, CA>>;
+    using Fusion = std::conditional_t<kRowScale, EVT<DxNode, Acc, CG, Gamma, Rstd, Zdz, DxIn, V>,
+                                      EVT<DxNode, Acc, CG, Gamma, Rstd, Zdz, DxIn>>;
 
-    /// Arguments: the root's children {acc, c", gamma, rstd, zdz, dx_in, [v,] node}; c" = {c', [v,] tap};
-    /// c' = {c, gamma, [v,] tap}; c = {x, rstd, node}.
+    /// rstd, gamma and v are read at two or three places of the tree: each place gets the same vector.
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      auto& cg = cute::get<1>(out);
-      auto& ca = cg.op_0;
-      auto& c = ca.op_0;
+      namespace epi = epilogue;
+      epi::for_each_node<Rstd, Fusion>(out, [&](auto& a) { epi::set_column_vector(a, args.rstd, op.M); });
+      epi::for_each_node<Gamma, Fusion>(
+          out, [&](auto& a) { epi::set_row_vector(a, static_cast<ElementD const*>(args.gamma), op.N); });
       if constexpr (kRowScale) {
-        set_v(ca.op_2, args, op);
-        set_v(cg.op_1, args, op);
-        set_v(cute::get<6>(out), args, op);
+        epi::for_each_node<V, Fusion>(out, [&](auto& a) { epi::set_column_vector(a, args.row_scale, op.M); });
       }
-      auto& a_store = [&]() -> auto& {
-        if constexpr (kRowScale) return ca.op_3; else return ca.op_2;
-      }();
-      auto& dgamma = [&]() -> auto& {
-        if constexpr (kRowScale) return cg.op_2; else return cg.op_1;
-      }();
-      c.op_0.ptr_aux = static_cast<ElementD const*>(args.x);
-      c.op_0.dAux = MatStride{gemm::detail::effective_ld(args.ldx, op.M, op.N, 8), cute::_1{}, 0};
-      set_rstd(c.op_1, args, op);
-      set_gamma(ca.op_1, args, op);
+      epi::set_column_vector(epi::node_args<Zdz, Fusion>(out), args.zdz, op.M);
+      auto& x = epi::node_args<X, Fusion>(out);
+      x.ptr_aux = static_cast<ElementD const*>(args.x);
+      x.dAux = MatStride{gemm::detail::effective_ld(args.ldx, op.M, op.N, 8), cute::_1{}, 0};
+      auto& a_store = epi::node_args<ATap, Fusion>(out);
       a_store.ptr_aux = static_cast<ElementD*>(args.a);
       a_store.dAux = MatStride{gemm::detail::effective_ld(args.lda, op.M, op.N, 8), cute::_1{}, 0};
+      auto& dgamma = epi::node_args<DgammaTap, Fusion>(out);
       dgamma.ptr = args.dgamma_partials;
       dgamma.ld = (op.N + cute::size<1>(TileShape{}) - 1) / cute::size<1>(TileShape{}) * cute::size<1>(TileShape{});
-      set_gamma(cute::get<2>(out), args, op);
-      set_rstd(cute::get<3>(out), args, op);
-      auto& zdz = cute::get<4>(out);
-      zdz.ptr_col = args.zdz;
-      zdz.dCol = {cute::_1{}, cute::_0{}, op.M};
-      cute::get<kRowScale ? 7 : 6>(out).alpha = args.alpha;
-    }
-
-   private:
-    template <class VArguments>
-    static void set_v(VArguments& v, Args const& args, gemm::Operands const& op) {
-      v.ptr_col = args.row_scale;
-      v.dCol = {cute::_1{}, cute::_0{}, op.M};
-    }
-    template <class RstdArguments>
-    static void set_rstd(RstdArguments& r, Args const& args, gemm::Operands const& op) {
-      r.ptr_col = args.rstd;
-      r.dCol = {cute::_1{}, cute::_0{}, op.M};
-    }
-    template <class GammaArguments>
-    static void set_gamma(GammaArguments& g, Args const& args, gemm::Operands const& op) {
-      g.ptr_row = static_cast<ElementD const*>(args.gamma);
-      g.dRow = {cute::_0{}, cute::_1{}, op.N};
+      epi::node_args<DxNode, Fusion>(out).alpha = args.alpha;
     }
   };
 };

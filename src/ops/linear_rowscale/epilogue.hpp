@@ -24,17 +24,14 @@ struct RowscaleEpilogue {
     using ElementC = void;
     static constexpr auto kRound = Traits::kRound;
 
-    using Rstd = epilogue::ColumnVector<typename Traits::TileShape>;
+    using Rstd = epilogue::Rstd<typename Traits::TileShape>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, Rstd,
         cutlass::epilogue::fusion::Sm90AccFetch>;
 
-    /// {op_0 = rstd broadcast, op_1 = acc fetch, op_2 = multiply node}
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      out.op_0.ptr_col = args.rstd;
-      out.op_0.null_default = 0.0f;
-      out.op_0.dCol = {cute::_1{}, cute::_0{}, op.M};
+      epilogue::set_column_vector(epilogue::node_args<Rstd, Fusion>(out), args.rstd, op.M);
     }
   };
 };

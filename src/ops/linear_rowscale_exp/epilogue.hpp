@@ -6,6 +6,7 @@
 #pragma once
 
 #include "epilogue/exp_ce.hpp"
+#include "epilogue/tree_args.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_rowscale_exp/kernels.hpp"
 
@@ -25,10 +26,9 @@ struct ExpCeEpilogue {
     using Node = epilogue::ExpCe<typename Traits::TileShape, kMaskColumns, kSoftcap>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch>;
 
-    /// {op_0 = acc, op_1 = ExpCe}
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const&) {
-      epilogue::ExpCeArguments& e = out.op_1;
+      epilogue::ExpCeArguments& e = epilogue::node_args<Node, Fusion>(out);
       e.rstd = args.rstd;
       e.cap = args.softcap;
       e.inv_cap = args.softcap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(args.softcap)) : 0.0f;

@@ -26,7 +26,7 @@ namespace coda::ops {
 namespace lse_detail {
 
 template <class Traits>
-using Rstd = epilogue::ColumnVector<typename Traits::TileShape>;
+using Rstd = epilogue::Rstd<typename Traits::TileShape>;
 template <class Traits>
 using Logits = cutlass::epilogue::fusion::Sm90EVT<
     cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, Traits::kRound>, Rstd<Traits>,
@@ -36,29 +36,20 @@ using Softcap = cutlass::epilogue::fusion::Sm90Compute<epilogue::Softcap, float,
 template <class Traits>
 using Lse = epilogue::OnlineLse<typename Traits::TileShape, cutlass::bfloat16_t>;
 
-template <class RstdArgs>
-void fill_rstd(RstdArgs& out, LseArgs const& args, gemm::Operands const& op) {
-  out.ptr_col = args.rstd;
-  out.null_default = 0.0f;
-  out.dCol = {cute::_1{}, cute::_0{}, op.M};
-}
-
-inline epilogue::SoftcapArguments softcap_args(float cap) {
-  epilogue::SoftcapArguments a;
-  a.cap = cap;
-  a.inv_cap = cap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(cap)) : 0.0f;
-  return a;
-}
-
-inline epilogue::OnlineLseArguments lse_args(LseArgs const& args) {
-  epilogue::OnlineLseArguments a;
-  a.ptr_max = args.part_max;
-  a.ptr_sumexp = args.part_sumexp;
-  a.ptr_sum = args.part_sum;
-  a.ptr_target = args.part_target;
-  a.targets = args.targets;
-  a.targets_int64 = args.targets_int64;
-  return a;
+/// Both programs' arguments, by node: rstd, the softcap's constants, the online-LSE partials.
+template <class Traits, class Fusion, class FusionArguments>
+void make_args(FusionArguments& out, LseArgs const& args, gemm::Operands const& op) {
+  epilogue::set_column_vector(epilogue::node_args<Rstd<Traits>, Fusion>(out), args.rstd, op.M);
+  epilogue::SoftcapArguments& cap = epilogue::node_args<Softcap<Traits>, Fusion>(out);
+  cap.cap = args.softcap;
+  cap.inv_cap = args.softcap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(args.softcap)) : 0.0f;
+  epilogue::OnlineLseArguments& lse = epilogue::node_args<Lse<Traits>, Fusion>(out);
+  lse.ptr_max = args.part_max;
+  lse.ptr_sumexp = args.part_sumexp;
+  lse.ptr_sum = args.part_sum;
+  lse.ptr_target = args.part_target;
+  lse.targets = args.targets;
+  lse.targets_int64 = args.targets_int64;
 }
 
 }  // namespace lse_detail
@@ -76,12 +67,9 @@ struct LseEpilogue {
     using Fusion = cutlass::epilogue::fusion::Sm90SplitTreeVisitor<lse_detail::Logits<Traits>,
                                                                    cutlass::epilogue::fusion::Sm90SplitTreeFetch, Aux>;
 
-    /// {op_0 = l {rstd, acc, multiply}, op_1 = aux {softcap {fetch, node}, lse}, op_2 = D fetch}
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      lse_detail::fill_rstd(out.op_0.op_0, args, op);
-      out.op_1.op_0.op_1 = lse_detail::softcap_args(args.softcap);
-      out.op_1.op_1 = lse_detail::lse_args(args);
+      lse_detail::make_args<Traits, Fusion>(out, args, op);
     }
   };
 };
@@ -96,12 +84,9 @@ struct LseNoLogitsEpilogue {
     using Capped = cutlass::epilogue::fusion::Sm90EVT<lse_detail::Softcap<Traits>, lse_detail::Logits<Traits>>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<lse_detail::Lse<Traits>, Capped>;
 
-    /// {op_0 = softcap {l {rstd, acc, multiply}, node}, op_1 = lse}
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      lse_detail::fill_rstd(out.op_0.op_0.op_0, args, op);
-      out.op_0.op_1 = lse_detail::softcap_args(args.softcap);
-      out.op_1 = lse_detail::lse_args(args);
+      lse_detail::make_args<Traits, Fusion>(out, args, op);
     }
   };
 };

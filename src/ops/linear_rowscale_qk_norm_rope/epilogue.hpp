@@ -38,29 +38,26 @@ struct QkNormRopeEpilogue {
         TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
     using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
                                                                               ElementD>;
-    using Rstd = epilogue::ColumnVector<TileShape>;
+    using Rstd = epilogue::Rstd<TileShape>;
     using U = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
         cutlass::epilogue::fusion::Sm90AccFetch, Rstd>;
-    using Z = cutlass::epilogue::fusion::Sm90EVT<
+    using ZStoreNode =
         cutlass::epilogue::fusion::Sm90AuxStore<ZStore::Stages, typename ZStore::EpilogueTile, ElementD, kRound,
                                                 typename ZStore::Stride, typename ZStore::SmemLayoutAtom,
-                                                typename ZStore::CopyOpR2S>,
-        U>;
-    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::Sm90QkNormRope<TileShape>, Z>;
+                                                typename ZStore::CopyOpR2S>;
+    using Z = cutlass::epilogue::fusion::Sm90EVT<ZStoreNode, U>;
+    using Node = epilogue::Sm90QkNormRope<TileShape>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, Z>;
 
-    /// Arguments: {op_0 = z subtree {op_0 = u {acc, rstd, multiply}, op_1 = aux store}, op_1 = the node}.
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      auto& rstd = out.op_0.op_0.op_1;
-      rstd.ptr_col = args.rstd;
-      rstd.null_default = 0.0f;
-      rstd.dCol = {cute::_1{}, cute::_0{}, op.M};
-      auto& z = out.op_0.op_1;
+      epilogue::set_column_vector(epilogue::node_args<Rstd, Fusion>(out), args.rstd, op.M);
+      auto& z = epilogue::node_args<ZStoreNode, Fusion>(out);
       z.ptr_aux = static_cast<ElementD*>(args.z);  // null: no z store
       int64_t const ldz = args.z != nullptr ? gemm::detail::effective_ld(args.ldz, op.M, op.N, 8) : 0;
       z.dAux = gemm::detail::make_stride_from_ld<typename ZStore::Stride>(ldz, ldz * op.M);
-      auto& node = out.op_1;
+      auto& node = epilogue::node_args<Node, Fusion>(out);
       node.q_gamma = args.q_gamma;
       node.k_gamma = args.k_gamma;
       node.inv_freq = args.inv_freq;

@@ -28,28 +28,18 @@ struct RopeEpilogue {
     static constexpr auto kRound = Traits::kRound;
     using TileShape = typename Traits::TileShape;
 
-    using Rstd = epilogue::ColumnVector<TileShape>;
-    using Pos = epilogue::ColumnVector<TileShape, int32_t>;
-    using InvFreq = epilogue::RowVector<TileShape>;
+    using Rstd = epilogue::Rstd<TileShape>;
+    using Pos = epilogue::Positions<TileShape>;
+    using InvFreq = epilogue::InvFreq<TileShape>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<epilogue::RopeRowscale, ElementD, float, kRound>,
         cutlass::epilogue::fusion::Sm90AccFetch, Rstd, Pos, InvFreq>;
 
-    /// {op_0 = acc, op_1 = rstd, op_2 = positions, op_3 = inv_freq, op_4 = compute} (5 ops: a cute::tuple)
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
-      auto& rstd = cute::get<1>(out);
-      rstd.ptr_col = args.rstd;
-      rstd.null_default = 0.0f;
-      rstd.dCol = {cute::_1{}, cute::_0{}, op.M};
-      auto& pos = cute::get<2>(out);
-      pos.ptr_col = args.positions;
-      pos.null_default = 0;
-      pos.dCol = {cute::_1{}, cute::_0{}, op.M};
-      auto& freq = cute::get<3>(out);
-      freq.ptr_row = args.inv_freq_cols;
-      freq.null_default = 0.0f;
-      freq.dRow = {cute::_0{}, cute::_1{}, op.N};
+      epilogue::set_column_vector(epilogue::node_args<Rstd, Fusion>(out), args.rstd, op.M);
+      epilogue::set_column_vector(epilogue::node_args<Pos, Fusion>(out), args.positions, op.M);
+      epilogue::set_row_vector(epilogue::node_args<InvFreq, Fusion>(out), args.inv_freq_cols, op.N);
     }
   };
 };

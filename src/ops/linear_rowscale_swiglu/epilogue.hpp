@@ -10,6 +10,7 @@
 #pragma once
 
 #include "epilogue/pair_store.hpp"
+#include "epilogue/tree_args.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_rowscale_swiglu/kernels.hpp"
 
@@ -35,15 +36,15 @@ struct SwigluEpilogue {
     // 4 z store buffers instead of the builder's 2 (the mainloop keeps the stages the rest of shared memory holds).
     using EpilogueDispatchPolicy = gemm::DeepStorePolicy<Traits, void, 4>;
 
-    using Fusion = cutlass::epilogue::fusion::Sm90EVT<epilogue::Sm90PairStore<SwigluPair, ElementD, true>,
-                                                      cutlass::epilogue::fusion::Sm90AccFetch>;
+    using Node = epilogue::Sm90PairStore<SwigluPair, ElementD, true>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch>;
 
-    /// {op_0 = acc (none), op_1 = pair store}
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const&) {
-      out.op_1.ptr_y = static_cast<ElementD*>(args.y);
-      out.op_1.ldy = args.ldy;
-      out.op_1.row_scale = args.rstd;
+      auto& node = epilogue::node_args<Node, Fusion>(out);
+      node.ptr_y = static_cast<ElementD*>(args.y);
+      node.ldy = args.ldy;
+      node.row_scale = args.rstd;
     }
   };
 };

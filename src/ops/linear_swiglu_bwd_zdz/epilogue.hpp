@@ -6,6 +6,7 @@
 #pragma once
 
 #include "epilogue/swiglu_bwd_pair.hpp"
+#include "epilogue/tree_args.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
 
@@ -34,10 +35,9 @@ struct SwigluBwdEpilogue {
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch,
                                                       cutlass::epilogue::fusion::Sm90SrcFetch<float>>;
 
-    /// Arguments: {op_0 = acc (none), op_1 = C (none), op_2 = node}.
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const&) {
-      auto& node = out.op_2;
+      auto& node = epilogue::node_args<Node, Fusion>(out);
       node.ptr_dz = static_cast<ElementD*>(args.dz);
       node.lddz = args.lddz;
       node.ptr_partials = args.zdz_partials;
