@@ -61,7 +61,7 @@ def qkv_case(cfg, M, dev, dt, g):
         return f
 
     impls = {
-        "coda": lambda: (coda.ops.rms_norm_qkv_rope(x, gamma, w_qkv, pos, inv, hq, hkv, hd, EPS),),
+        "coda": lambda: (coda.ops.rmsnorm_qkv_rope(x, gamma, w_qkv, pos, inv, hq, hkv, hd, EPS),),
         "gemm_only": lambda: (n @ w_qkv.T,),
         "eager": torch_fn(),
         "compile": torch.compile(torch_fn(), fullgraph=True),

@@ -142,12 +142,12 @@ def _norm_linear_bwd(dz, zdz, x, gamma, w, rstd, dx_in=None):
     return dx, dgamma.to(gamma.dtype), dw
 
 
-@_custom_op("coda::rms_norm_linear", mutates_args=())
-def rms_norm_linear(x: Tensor, gamma: Tensor, w: Tensor, h: Tensor, rstd: Tensor) -> Tensor:
+@_custom_op("coda::rmsnorm_linear", mutates_args=())
+def rmsnorm_linear(x: Tensor, gamma: Tensor, w: Tensor, h: Tensor, rstd: Tensor) -> Tensor:
     return _impl(h).linear_rowscale(h, w, rstd)
 
 
-@rms_norm_linear.register_fake
+@rmsnorm_linear.register_fake
 def _(x, gamma, w, h, rstd):
     return h.new_empty((h.shape[0], w.shape[0]))
 
@@ -164,7 +164,7 @@ def _f2_bwd(ctx, dy):
     return dx, dgamma, dw, None, None
 
 
-_register_autograd(rms_norm_linear, _f2_bwd, _f2_ctx)
+_register_autograd(rmsnorm_linear, _f2_bwd, _f2_ctx)
 
 
 # ---- F4 / B1: q/k/v projection with RoPE ----------------------------------------------------------------------
@@ -180,13 +180,13 @@ def _(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_si
     return dqkv.new_empty(dqkv.shape), _stat((qkv.shape[0],), qkv)
 
 
-@_custom_op("coda::rms_norm_qkv_rope", mutates_args=())
-def rms_norm_qkv_rope(x: Tensor, gamma: Tensor, w_qkv: Tensor, h: Tensor, rstd: Tensor, positions: Tensor,
+@_custom_op("coda::rmsnorm_qkv_rope", mutates_args=())
+def rmsnorm_qkv_rope(x: Tensor, gamma: Tensor, w_qkv: Tensor, h: Tensor, rstd: Tensor, positions: Tensor,
                       inv_freq: Tensor, n_q_heads: int, n_kv_heads: int, head_dim: int) -> Tensor:
     return _impl(h).linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head_dim)
 
 
-@rms_norm_qkv_rope.register_fake
+@rmsnorm_qkv_rope.register_fake
 def _(x, gamma, w_qkv, h, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head_dim):
     return h.new_empty((h.shape[0], w_qkv.shape[0]))
 
@@ -204,20 +204,20 @@ def _f4_bwd(ctx, dqkv):
     return dx, dgamma, dw, None, None, None, None, None, None, None
 
 
-_register_autograd(rms_norm_qkv_rope, _f4_bwd, _f4_ctx)
+_register_autograd(rmsnorm_qkv_rope, _f4_bwd, _f4_ctx)
 
 
 # ---- F4 with QK-norm / B1 with QK-norm: the Qwen3 q/k/v projection ---------------------------------------------
 
-@_custom_op("coda::rms_norm_qkv_qk_norm_rope", mutates_args=())
-def rms_norm_qkv_qk_norm_rope(x: Tensor, gamma: Tensor, w_qkv: Tensor, h: Tensor, rstd: Tensor, q_gamma: Tensor,
+@_custom_op("coda::rmsnorm_qkv_qk_norm_rope", mutates_args=())
+def rmsnorm_qkv_qk_norm_rope(x: Tensor, gamma: Tensor, w_qkv: Tensor, h: Tensor, rstd: Tensor, q_gamma: Tensor,
                               k_gamma: Tensor, positions: Tensor, inv_freq: Tensor, n_q_heads: int, n_kv_heads: int,
                               head_dim: int, qk_eps: float) -> tuple[Tensor, Tensor]:
     return _impl(h).linear_rowscale_qk_norm_rope(h, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads,
                                                  n_kv_heads, head_dim, qk_eps)
 
 
-@rms_norm_qkv_qk_norm_rope.register_fake
+@rmsnorm_qkv_qk_norm_rope.register_fake
 def _(x, gamma, w_qkv, h, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps):
     return h.new_empty((h.shape[0], w_qkv.shape[0])), h.new_empty((h.shape[0], w_qkv.shape[0]))
 
@@ -254,7 +254,7 @@ def _f4qk_bwd(ctx, dqkv, dz_unused):
             None, None, None)
 
 
-_register_autograd(rms_norm_qkv_qk_norm_rope, _f4qk_bwd, _f4qk_ctx)
+_register_autograd(rmsnorm_qkv_qk_norm_rope, _f4qk_bwd, _f4qk_ctx)
 
 
 # ---- F3 + F1 / B3 + B2: the SwiGLU MLP with its residual and the next norm's first half -------------------------

@@ -2,7 +2,7 @@
 coda.patch_qwen3(model) a (dense) Qwen3ForCausalLM.
 
 What changes: the model's forward (training and full-sequence inference) runs as CODA blocks:
-  embeddings -> rmsnorm_prepare + rms_norm_qkv_rope (layer 0's q/k/v)
+  embeddings -> rmsnorm_prepare + rmsnorm_qkv_rope (layer 0's q/k/v)
   for each layer: SDPA attention -> block (o-proj + residual + norm + SwiGLU MLP + residual + next layer's norm and
   q/k/v, one autograd node) ... the last layer ends in the final norm + LM head + loss (linear_cross_entropy: the
   logits are never materialised when labels are given). When the decoder layers are wrapped or hooked (FSDP2's
@@ -14,7 +14,7 @@ maps back), the config (rope scaling through the model's own inv_freq, rms_norm_
 .generate(): decoding with a KV cache (cache / use_cache=True), output_attentions or output_hidden_states run HF's
 original forward on the same weights.
 Qwen3 (QK-norm: a per-head RMSNorm of q and k before RoPE) runs the same way except for the attention input: each
-layer's q/k/v come from ops.rms_norm_qkv_qk_norm_rope (one GEMM with the input norm's row scale, the per-head norm
+layer's q/k/v come from ops.rmsnorm_qkv_qk_norm_rope (one GEMM with the input norm's row scale, the per-head norm
 and RoPE fused in its epilogue), and the layers run F1 + the SwiGLU MLP one by one (no cross-layer block).
 """
 from __future__ import annotations

@@ -39,7 +39,7 @@ class RMSNormLinear(nn.Module):
         _full_to_shard_hook(self)
 
     def forward(self, x, cache=None):
-        return ops.rms_norm_linear(x, _w(self.norm_weight, x), _w(self.weight, x), self.eps, cache=cache)
+        return ops.rmsnorm_linear(x, _w(self.norm_weight, x), _w(self.weight, x), self.eps, cache=cache)
 
 
 def _plain(t):
@@ -169,12 +169,12 @@ class RMSNormQKVRope(nn.Module):
         _full_to_shard_hook(self)
 
     def forward(self, x, positions, inv_freq, cache=None):
-        return ops.rms_norm_qkv_rope(x, _w(self.norm_weight, x), _w(self.w_qkv, x), positions, inv_freq,
+        return ops.rmsnorm_qkv_rope(x, _w(self.norm_weight, x), _w(self.w_qkv, x), positions, inv_freq,
                                      self.n_q_heads, self.n_kv_heads, self.head_dim, self.eps, cache=cache)
 
 
 class RMSNormQKVQKNormRope(RMSNormQKVRope):
-    """qkv = RoPE(qk_norm(rmsnorm(x; norm_weight) W_qkv^T)) (Qwen3's attention input: ops.rms_norm_qkv_qk_norm_rope),
+    """qkv = RoPE(qk_norm(rmsnorm(x; norm_weight) W_qkv^T)) (Qwen3's attention input: ops.rmsnorm_qkv_qk_norm_rope),
     where qk_norm RMS-normalises each q head with q_norm.weight and each k head with k_norm.weight (eps as the input
     norm's). forward as RMSNormQKVRope's. state_dict: RMSNormQKVRope's plus `q_norm.weight`, `k_norm.weight`
     [head_dim] in HF's rotate-half order (paired on each forward, a head_dim-sized gather)."""
@@ -187,7 +187,7 @@ class RMSNormQKVQKNormRope(RMSNormQKVRope):
     def forward(self, x, positions, inv_freq, cache=None):
         q_gamma, k_gamma = (layout.pair_rope_rows(_w(n.weight, x)[:, None], self.head_dim)[:, 0]
                             for n in (self.q_norm, self.k_norm))
-        return ops.rms_norm_qkv_qk_norm_rope(x, _w(self.norm_weight, x), _w(self.w_qkv, x), q_gamma, k_gamma,
+        return ops.rmsnorm_qkv_qk_norm_rope(x, _w(self.norm_weight, x), _w(self.w_qkv, x), q_gamma, k_gamma,
                                              positions, inv_freq, self.n_q_heads, self.n_kv_heads, self.head_dim,
                                              self.eps, cache=cache)
 

@@ -22,6 +22,7 @@ Equation numbers refer to docs/MATH.md.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 
@@ -29,7 +30,7 @@ from . import _check as check
 from . import _library as lib
 
 __all__ = [
-    "rmsnorm_prepare", "linear_residual_rmsnorm", "rms_norm_linear", "rms_norm_qkv_rope", "rms_norm_qkv_qk_norm_rope",
+    "rmsnorm_prepare", "linear_residual_rmsnorm", "rmsnorm_linear", "rmsnorm_qkv_rope", "rmsnorm_qkv_qk_norm_rope",
     "swiglu_mlp", "block", "linear_cross_entropy", "cross_entropy",
 ]
 
@@ -126,7 +127,7 @@ def rmsnorm_prepare(x, gamma, eps=1e-6):
     """First-layer norm without a GEMM before it: h = x * gamma, rstd = 1/sqrt(mean(x^2) + eps).
 
     x [..., d]; gamma [d] same dtype. Returns (h [..., d] same dtype, rstd [...] fp32), both non-differentiable: pass
-    them as `cache` with (x, gamma) to rms_norm_linear / rms_norm_qkv_rope / linear_cross_entropy.
+    them as `cache` with (x, gamma) to rmsnorm_linear / rmsnorm_qkv_rope / linear_cross_entropy.
     """
     op = "rmsnorm_prepare"
     check.tensor(op, "x", x, floating=True)
@@ -170,14 +171,14 @@ def linear_residual_rmsnorm(a, w, residual, gamma, eps=1e-6):
 
 
 @_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale={**_CACHE, "w": "w"})
-def rms_norm_linear(x, gamma, w, eps=1e-6, *, cache=None):
+def rmsnorm_linear(x, gamma, w, eps=1e-6, *, cache=None):
     """F2: y = rmsnorm(x) w^T = diag(rstd) (x * gamma) w^T, the normalisation applied as a row scale in the GEMM
     epilogue. Backward: one fused dgrad (B2) gives dx and dgamma; dW = dy^T a.
 
     x [..., d]; gamma [d]; w [n, d]; one dtype. Returns y [..., n]. Any n: on CUDA, n that is not a multiple of 8
     runs on a zero-padded copy of w (one weight-sized copy per call) and y is a view of the first n columns.
     """
-    op = "rms_norm_linear"
+    op = "rmsnorm_linear"
     _norm_args(op, x, gamma, w, eps)
     x2 = _rows(x)
     h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
@@ -185,9 +186,9 @@ def rms_norm_linear(x, gamma, w, eps=1e-6, *, cache=None):
     if x.is_cuda and n % 8:
         # The kernel stores y with TMA (rows of a multiple of 8 elements): run on w with zero rows up to the next
         # multiple of 8 and return the first n columns (a view). Autograd slices the padded rows' gradient away.
-        y = lib.rms_norm_linear(x2, gamma, torch.nn.functional.pad(w, (0, 0, 0, -n % 8)), h, rstd)[:, :n]
+        y = lib.rmsnorm_linear(x2, gamma, torch.nn.functional.pad(w, (0, 0, 0, -n % 8)), h, rstd)[:, :n]
     else:
-        y = lib.rms_norm_linear(x2, gamma, w, h, rstd)
+        y = lib.rmsnorm_linear(x2, gamma, w, h, rstd)
     return y.reshape(*x.shape[:-1], n)
 
 
@@ -207,7 +208,7 @@ def _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_hea
 
 @_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_rope={
     **_CACHE, **_same("w_qkv", "positions", "inv_freq", "n_q_heads", "n_kv_heads", "head_dim")})
-def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *,
+def rmsnorm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *,
                       cache=None):
     """F4: qkv = RoPE(rmsnorm(x) w_qkv^T), q and k rotated by theta = positions * inv_freq, v passed through.
 
@@ -219,13 +220,13 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
     Returns qkv [..., (n_q_heads + 2 n_kv_heads) head_dim], columns [q heads | k heads | v heads], each head with
     its rotary pairs adjacent (dimension 2i, 2i+1 is pair i). Backward: B1 (RoPE^T and the row dot) + B2.
     """
-    op = "rms_norm_qkv_rope"
+    op = "rmsnorm_qkv_rope"
     _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)
     x2 = _rows(x)
     h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
     pos = positions.reshape(-1).to(torch.int32)
     inv = inv_freq.to(torch.float32) if x.is_cuda else inv_freq
-    qkv = lib.rms_norm_qkv_rope(x2, gamma, w_qkv, h, rstd, pos, inv, int(n_q_heads), int(n_kv_heads),
+    qkv = lib.rmsnorm_qkv_rope(x2, gamma, w_qkv, h, rstd, pos, inv, int(n_q_heads), int(n_kv_heads),
                                 int(head_dim))
     return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
 
@@ -233,20 +234,20 @@ def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_head
 @_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_qk_norm_rope={
     **_CACHE, **_same("w_qkv", "q_gamma", "k_gamma", "positions", "inv_freq", "n_q_heads", "n_kv_heads", "head_dim",
                       "qk_eps")})
-def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
+def rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
                               head_dim, eps=1e-6, qk_eps=None, *, cache=None):
     """F4 with QK-norm (Qwen3 style; MATH.md "F4 with QK-norm"): qkv = RoPE(qk_norm(rmsnorm(x) w_qkv^T)),
     where qk_norm RMS-normalises each q head with q_gamma and each k head with k_gamma over its head_dim columns
     (epsilon qk_eps, default eps); v passes through.
 
-    Arguments as rms_norm_qkv_rope, plus q_gamma, k_gamma [head_dim] in the paired layout (coda.layout.pair_rope_rows
+    Arguments as rmsnorm_qkv_rope, plus q_gamma, k_gamma [head_dim] in the paired layout (coda.layout.pair_rope_rows
     applied to a [head_dim, 1] view of HF's q_norm / k_norm weight; the per-head mean does not depend on the order).
-    Returns qkv as rms_norm_qkv_rope does. Forward: one fused GEMM (coda_linear_rowscale_qk_norm_rope: the input
+    Returns qkv as rmsnorm_qkv_rope does. Forward: one fused GEMM (coda_linear_rowscale_qk_norm_rope: the input
     norm's row scale, the per-head norm, gamma and RoPE in its epilogue), which also stores the pre-norm z [tokens,
     W] for the backward (saved instead of qkv). Backward: B1 with QK-norm from z (MATH.md; one kernel,
     coda_qk_norm_rope_bwd_zdz: dz, zdz and the q/k gamma gradients, deterministic), then B2.
     """
-    op = "rms_norm_qkv_qk_norm_rope"
+    op = "rmsnorm_qkv_qk_norm_rope"
     _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)
     for name, t in (("q_gamma", q_gamma), ("k_gamma", k_gamma)):
         check.tensor(op, name, t, rank=1, floating=True)
@@ -258,7 +259,7 @@ def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_
     h, rstd = _norm_cache(op, x, x2, gamma, float(eps), cache)
     pos = positions.reshape(-1).to(torch.int32)
     inv = inv_freq.to(torch.float32) if x.is_cuda else inv_freq
-    qkv, _ = lib.rms_norm_qkv_qk_norm_rope(x2, gamma, w_qkv, h, rstd, q_gamma, k_gamma, pos, inv, int(n_q_heads),
+    qkv, _ = lib.rmsnorm_qkv_qk_norm_rope(x2, gamma, w_qkv, h, rstd, q_gamma, k_gamma, pos, inv, int(n_q_heads),
                                            int(n_kv_heads), int(head_dim), float(qk_eps))
     return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
 
@@ -301,7 +302,7 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
     """One CODA block (MATH.md "One block"; include/coda/block.h): from layer i's attention output to layer i+1's
     q/k/v.  x1 = y0 w_o^T + x0;  x2 = x1 + mlp(rmsnorm(x1; gamma1));  qkv = RoPE(rmsnorm(x2; gamma2) w_qkv^T).
 
-    y0 [..., hq hd]; x0 [..., d]; weights as in swiglu_mlp and rms_norm_qkv_rope (CODA layouts); positions [...];
+    y0 [..., hq hd]; x0 [..., d]; weights as in swiglu_mlp and rmsnorm_qkv_rope (CODA layouts); positions [...];
     inv_freq [hd/2]. Returns (x2 [..., d], qkv [..., (hq + 2 hkv) hd]). Forward: 4 fused GEMMs; backward: 3 fused
     dgrads + 5 plain GEMMs (coda_block_backward). Saves x1, rstd1, z1, x2, rstd2, qkv (h1, h2, y1 and the pre-RoPE
     q/k/v are not stored). The backward overwrites the saved z1 with dz1 (no extra [tokens, 2F] buffer), so a graph
@@ -448,3 +449,19 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
     opts = _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap)
     loss = lib.cross_entropy(_rows(logits), targets.reshape(-1), *opts)
     return loss.reshape(logits.shape[:-1]) if reduction == "none" else loss
+
+
+def _renamed(new, old):
+    """`old` (the name before the ops took the C ABI's spelling, `rmsnorm`) as a deprecated alias of `new`."""
+    @functools.wraps(new)
+    def alias(*args, **kwargs):
+        warnings.warn(f"coda.ops.{old} is renamed coda.ops.{new.__name__}; the old name will be removed",
+                      DeprecationWarning, stacklevel=2)
+        return new(*args, **kwargs)
+    alias.__name__ = alias.__qualname__ = old
+    return alias
+
+
+rms_norm_linear = _renamed(rmsnorm_linear, "rms_norm_linear")
+rms_norm_qkv_rope = _renamed(rmsnorm_qkv_rope, "rms_norm_qkv_rope")
+rms_norm_qkv_qk_norm_rope = _renamed(rmsnorm_qkv_qk_norm_rope, "rms_norm_qkv_qk_norm_rope")

@@ -9,7 +9,7 @@ def rms_norm(x, gamma, eps):
     return F.rms_norm(x, (x.shape[-1],), gamma, eps)
 
 
-def rms_norm_linear(x, gamma, w, eps):
+def rmsnorm_linear(x, gamma, w, eps):
     return rms_norm(x, gamma, eps) @ w.T
 
 
@@ -23,8 +23,8 @@ def rope_pairs(z, positions, inv_freq, n_rot_heads, hd):
     return torch.cat((out, z[..., n_rot_heads * hd:]), -1)
 
 
-def rms_norm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, hq, hkv, hd, eps):
-    return rope_pairs(rms_norm_linear(x, gamma, w_qkv, eps), positions, inv_freq, hq + hkv, hd)
+def rmsnorm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, hq, hkv, hd, eps):
+    return rope_pairs(rmsnorm_linear(x, gamma, w_qkv, eps), positions, inv_freq, hq + hkv, hd)
 
 
 def qk_norm_rope(z, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps):
@@ -36,9 +36,9 @@ def qk_norm_rope(z, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps):
     return rope_pairs(torch.cat((normed, z[..., n_rot * hd:]), dim=-1), positions, inv_freq, n_rot, hd)
 
 
-def rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps):
+def rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, eps):
     """qk_norm_rope after the input norm and the QKV projection (the norm's eps for both)."""
-    return qk_norm_rope(rms_norm_linear(x, gamma, w_qkv, eps), q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
+    return qk_norm_rope(rmsnorm_linear(x, gamma, w_qkv, eps), q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
                         eps)
 
 
@@ -50,14 +50,14 @@ def qk_norm_rope_bwd(z, dqkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd
 
 
 def swiglu_mlp(x, gamma, w_gu, w_down, eps):
-    z = rms_norm_linear(x, gamma, w_gu, eps)
+    z = rmsnorm_linear(x, gamma, w_gu, eps)
     return x + (F.silu(z[..., 0::2]) * z[..., 1::2]) @ w_down.T
 
 
 def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps):
     x1 = y0 @ w_o.T + x0
     x2 = swiglu_mlp(x1, gamma1, w_gu, w_down, eps)
-    return x2, rms_norm_qkv_rope(x2, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps)
+    return x2, rmsnorm_qkv_rope(x2, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps)
 
 
 def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_smoothing=0.0, z_loss=0.0,
@@ -78,4 +78,4 @@ def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_sm
 
 
 def linear_cross_entropy(x, gamma, w, targets, eps, **options):
-    return cross_entropy(rms_norm_linear(x, gamma, w, eps), targets, **options)
+    return cross_entropy(rmsnorm_linear(x, gamma, w, eps), targets, **options)

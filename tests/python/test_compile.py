@@ -13,14 +13,14 @@ EPS = 1e-5
 def every_op(y0, x0, w_o, g1, w_gu, w_down, g2, w_qkv, positions, inv_freq, w_head, targets, q_gamma, k_gamma):
     hq, hkv, hd = 2, 1, 64
     h, r = coda.ops.rmsnorm_prepare(x0, g1, EPS)
-    qkv0 = coda.ops.rms_norm_qkv_rope(x0, g1, w_qkv, positions, inv_freq, hq, hkv, hd, EPS, cache=(h, r))
-    qkv1 = coda.ops.rms_norm_qkv_qk_norm_rope(x0, g1, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
+    qkv0 = coda.ops.rmsnorm_qkv_rope(x0, g1, w_qkv, positions, inv_freq, hq, hkv, hd, EPS, cache=(h, r))
+    qkv1 = coda.ops.rmsnorm_qkv_qk_norm_rope(x0, g1, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
                                               EPS, cache=(h, r))
     x2, qkv = coda.ops.block(y0 + qkv0[..., : y0.shape[-1]] + qkv1[..., : y0.shape[-1]], x0, w_o, g1, w_gu, w_down,
                              g2, w_qkv, positions, inv_freq, hq, hkv, hd, EPS)
     x3, h3, r3 = coda.ops.linear_residual_rmsnorm(qkv[..., : y0.shape[-1]], w_o, x2, g1, EPS)
     x4, cache = coda.ops.swiglu_mlp(x3, g1, w_gu, w_down, EPS, cache=(h3, r3), next_gamma=g2)
-    logits = coda.ops.rms_norm_linear(x4, g2, w_head, EPS, cache=cache)
+    logits = coda.ops.rmsnorm_linear(x4, g2, w_head, EPS, cache=cache)
     return (coda.ops.linear_cross_entropy(x4, g2, w_head, targets, EPS, cache=cache)
             + coda.ops.cross_entropy(logits, targets, label_smoothing=0.1))
 

@@ -431,7 +431,7 @@ def test_cpu_checkpoint_wrapper_and_selective_checkpointing():
         err, name = worst(g_c, g_ref, strip="_checkpoint_wrapped_module.")
         assert err <= TIGHT, (wrapper, name, err)
         assert sorted(m.state_dict()) == sorted(model().state_dict())  # HF names through the wrapper
-    assert {"coda.rms_norm_qkv_rope.default", "coda.swiglu_mlp.default"} <= seen, seen  # the policy saw CODA's ops
+    assert {"coda.rmsnorm_qkv_rope.default", "coda.swiglu_mlp.default"} <= seen, seen  # the policy saw CODA's ops
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # transformers 5 renames it activation_checkpointing_enable

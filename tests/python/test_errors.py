@@ -11,22 +11,22 @@ def _t(*shape, dtype=torch.float32, device="cpu"):
 
 
 @pytest.mark.parametrize("call,exc,match", [
-    (lambda: coda.ops.rms_norm_linear([1.0], _t(8), _t(4, 8)), TypeError, "`x` must be a torch.Tensor"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(7), _t(4, 8)), ValueError, "`gamma` dimension 0"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 7)), ValueError, "`w` dimension 1"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8, dtype=torch.float64)), TypeError, "`w` has dtype"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), eps=0.0), ValueError, "`eps` must be > 0"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8).int(), _t(8), _t(4, 8)), TypeError, "floating point"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(2, 8), _t(2))), ValueError, "cache"),
-    (lambda: coda.ops.rms_norm_qkv_rope(_t(3, 8), _t(8), _t(4 * 64, 8), torch.zeros(3, dtype=torch.long), _t(32),
+    (lambda: coda.ops.rmsnorm_linear([1.0], _t(8), _t(4, 8)), TypeError, "`x` must be a torch.Tensor"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(7), _t(4, 8)), ValueError, "`gamma` dimension 0"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 7)), ValueError, "`w` dimension 1"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8, dtype=torch.float64)), TypeError, "`w` has dtype"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), eps=0.0), ValueError, "`eps` must be > 0"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8).int(), _t(8), _t(4, 8)), TypeError, "floating point"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(2, 8), _t(2))), ValueError, "cache"),
+    (lambda: coda.ops.rmsnorm_qkv_rope(_t(3, 8), _t(8), _t(4 * 64, 8), torch.zeros(3, dtype=torch.long), _t(32),
                                         2, 1, 48), ValueError, "`head_dim` must be 64 or 128"),
-    (lambda: coda.ops.rms_norm_qkv_rope(_t(3, 8), _t(8), _t(4 * 64, 8), torch.zeros(3, dtype=torch.long), _t(32),
+    (lambda: coda.ops.rmsnorm_qkv_rope(_t(3, 8), _t(8), _t(4 * 64, 8), torch.zeros(3, dtype=torch.long), _t(32),
                                         3, 2, 64), ValueError, "`n_kv_heads`"),
-    (lambda: coda.ops.rms_norm_qkv_rope(_t(3, 8), _t(8), _t(5 * 64, 8), torch.zeros(3, dtype=torch.long), _t(32),
+    (lambda: coda.ops.rmsnorm_qkv_rope(_t(3, 8), _t(8), _t(5 * 64, 8), torch.zeros(3, dtype=torch.long), _t(32),
                                         2, 1, 64), ValueError, "`w_qkv` must have"),
-    (lambda: coda.ops.rms_norm_qkv_rope(_t(3, 8), _t(8), _t(4 * 64, 8), torch.zeros(4, dtype=torch.long), _t(32),
+    (lambda: coda.ops.rmsnorm_qkv_rope(_t(3, 8), _t(8), _t(4 * 64, 8), torch.zeros(4, dtype=torch.long), _t(32),
                                         2, 1, 64), ValueError, "`positions` must have shape"),
-    (lambda: coda.ops.rms_norm_qkv_rope(_t(3, 8), _t(8), _t(4 * 64, 8), _t(3), _t(32), 2, 1, 64), TypeError,
+    (lambda: coda.ops.rmsnorm_qkv_rope(_t(3, 8), _t(8), _t(4 * 64, 8), _t(3), _t(32), 2, 1, 64), TypeError,
      "`positions` must have dtype"),
     (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 5)), ValueError, "`w_down` must be"),
     (lambda: coda.ops.linear_cross_entropy(_t(3, 8), _t(8), _t(16, 8), torch.zeros(4, dtype=torch.long)),
@@ -39,12 +39,12 @@ def _t(*shape, dtype=torch.float32, device="cpu"):
      "`z_loss`"),
     (lambda: coda.ops.cross_entropy(_t(3, 8), _t(3)), TypeError, "`targets` must have dtype"),
     (lambda: coda.layout.pair_rope_rows(_t(10, 4), 4), ValueError, "head_dim"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), eps="a"), TypeError, "`eps` must be a number"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8), torch.ones(3, dtype=torch.int32))),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), eps="a"), TypeError, "`eps` must be a number"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8), torch.ones(3, dtype=torch.int32))),
      TypeError, "rstd"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8), _t(3).requires_grad_())),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8), _t(3).requires_grad_())),
      ValueError, "must not require grad"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8, dtype=torch.float64), _t(3))),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8, dtype=torch.float64), _t(3))),
      TypeError, "cache\\[0\\]"),
     (lambda: coda.ops.cross_entropy(_t(3, 8), torch.zeros(3, dtype=torch.long), label_smoothing="0.1"), TypeError,
      "`label_smoothing` must be a number"),
@@ -104,9 +104,9 @@ def test_gpu_device_mismatch_and_dtype():
     x, g, w = _t(3, 64, dtype=torch.bfloat16, device="cuda"), _t(64, dtype=torch.bfloat16), \
         _t(64, 64, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="`gamma` is on cpu"):
-        coda.ops.rms_norm_linear(x, g, w)
+        coda.ops.rmsnorm_linear(x, g, w)
     with pytest.raises(TypeError, match="bfloat16 or float16"):
-        coda.ops.rms_norm_linear(x.float(), g.cuda().float(), w.float())
+        coda.ops.rmsnorm_linear(x.float(), g.cuda().float(), w.float())
 
 
 @requires_gpu
@@ -115,7 +115,7 @@ def test_gpu_library_errors_name_the_argument():
     dev, bf = "cuda", torch.bfloat16
     x = torch.randn(5, 12, dtype=bf, device=dev)  # 12 features: rows not 16-byte aligned for TMA
     with pytest.raises(ValueError, match="coda_"):
-        coda.ops.rms_norm_linear(x, torch.ones(12, dtype=bf, device=dev), torch.randn(16, 12, dtype=bf, device=dev))
+        coda.ops.rmsnorm_linear(x, torch.ones(12, dtype=bf, device=dev), torch.randn(16, 12, dtype=bf, device=dev))
 
 
 # ---- issue 24, item 6: errors name the argument the caller passed, and the public op ---------------------------
@@ -136,12 +136,12 @@ def _block_args(d=64, F=64, M=2, **over):
 
 
 @pytest.mark.parametrize("call,exc,match", [
-    (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64, 7))), ValueError,
-     "^coda.rms_norm_qkv_rope: `w_qkv` dimension 1 must equal x's last dimension"),
-    (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64, 8, dtype=torch.float64))), TypeError,
-     "^coda.rms_norm_qkv_rope: `w_qkv` has dtype"),
-    (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64))), ValueError,
-     "^coda.rms_norm_qkv_rope: `w_qkv` must have rank 2"),
+    (lambda: coda.ops.rmsnorm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64, 7))), ValueError,
+     "^coda.rmsnorm_qkv_rope: `w_qkv` dimension 1 must equal x's last dimension"),
+    (lambda: coda.ops.rmsnorm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64, 8, dtype=torch.float64))), TypeError,
+     "^coda.rmsnorm_qkv_rope: `w_qkv` has dtype"),
+    (lambda: coda.ops.rmsnorm_qkv_rope(*_qkv_args(w_qkv=_t(4 * 64))), ValueError,
+     "^coda.rmsnorm_qkv_rope: `w_qkv` must have rank 2"),
     (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 7), _t(8, 6)), ValueError,
      "^coda.swiglu_mlp: `w_gu` dimension 1"),
     (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8).int(), _t(8, 6)), TypeError,
@@ -182,12 +182,12 @@ def _swiglu(**kw):
     return coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(12, 8), _t(8, 6), **kw)
 
 
-def _rms_norm_linear(**kw):
-    return coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(4, 8), **kw)
+def _rmsnorm_linear(**kw):
+    return coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), **kw)
 
 
 def _qkv():
-    return coda.ops.rms_norm_qkv_rope(*_qkv_args())
+    return coda.ops.rmsnorm_qkv_rope(*_qkv_args())
 
 
 def _block():
@@ -217,16 +217,16 @@ _LIBRARY_CASES = [
      "h: must be row-major (strides[1] == 1)", "coda.swiglu_mlp: `cache\\[0\\] \\(h\\)`: must be row-major"),
     (_swiglu, "rmsnorm_prepare",
      "x: must be row-major (strides[1] == 1)", "coda.swiglu_mlp: `x`: must be row-major"),
-    (_rms_norm_linear, "linear_rowscale",
-     "w: must be row-major (strides[1] == 1)", "coda.rms_norm_linear: `w`: must be row-major"),
-    (lambda: _rms_norm_linear(cache=_cache()), "linear_rowscale",
-     "rstd: must be contiguous (dense row-major)", "coda.rms_norm_linear: `cache\\[1\\] \\(rstd\\)`: must be"),
-    (_rms_norm_linear, "rmsnorm_prepare",
-     "gamma: must be contiguous (dense row-major)", "coda.rms_norm_linear: `gamma`: must be contiguous"),
+    (_rmsnorm_linear, "linear_rowscale",
+     "w: must be row-major (strides[1] == 1)", "coda.rmsnorm_linear: `w`: must be row-major"),
+    (lambda: _rmsnorm_linear(cache=_cache()), "linear_rowscale",
+     "rstd: must be contiguous (dense row-major)", "coda.rmsnorm_linear: `cache\\[1\\] \\(rstd\\)`: must be"),
+    (_rmsnorm_linear, "rmsnorm_prepare",
+     "gamma: must be contiguous (dense row-major)", "coda.rmsnorm_linear: `gamma`: must be contiguous"),
     (_qkv, "linear_rowscale_rope",
-     "w_qkv: strides[0] = 9 elements (18 bytes) is not a multiple of 16 bytes", "coda.rms_norm_qkv_rope: `w_qkv`:"),
+     "w_qkv: strides[0] = 9 elements (18 bytes) is not a multiple of 16 bytes", "coda.rmsnorm_qkv_rope: `w_qkv`:"),
     (_qkv, "linear_rowscale_rope",
-     "inv_freq: must be contiguous (dense row-major)", "coda.rms_norm_qkv_rope: `inv_freq`: must be contiguous"),
+     "inv_freq: must be contiguous (dense row-major)", "coda.rmsnorm_qkv_rope: `inv_freq`: must be contiguous"),
     (lambda: coda.ops.linear_residual_rmsnorm(_t(3, 8), _t(8, 8), _t(3, 8), _t(8)), "linear_residual_rmsnorm",
      "residual: row stride 4 is smaller than the row length 8 (rows would overlap)",
      "coda.linear_residual_rmsnorm: `residual`: row stride 4"),
@@ -302,10 +302,10 @@ def test_library_errors_through_the_nn_modules(monkeypatch):
      "^coda.linear_residual_rmsnorm: `a` must have at least one feature"),
     (lambda: coda.ops.linear_residual_rmsnorm(_t(3, 8), _t(0, 8), _t(3, 0), _t(0)),
      "^coda.linear_residual_rmsnorm: `w` must have at least one row"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 0), _t(0), _t(4, 0)), "^coda.rms_norm_linear: `x` must have at least one"),
-    (lambda: coda.ops.rms_norm_linear(_t(3, 8), _t(8), _t(0, 8)), "^coda.rms_norm_linear: `w` must have at least one"),
-    (lambda: coda.ops.rms_norm_qkv_rope(*_qkv_args(x=_t(3, 0), gamma=_t(0), w_qkv=_t(256, 0))),
-     "^coda.rms_norm_qkv_rope: `x` must have at least one feature"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 0), _t(0), _t(4, 0)), "^coda.rmsnorm_linear: `x` must have at least one"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(0, 8)), "^coda.rmsnorm_linear: `w` must have at least one"),
+    (lambda: coda.ops.rmsnorm_qkv_rope(*_qkv_args(x=_t(3, 0), gamma=_t(0), w_qkv=_t(256, 0))),
+     "^coda.rmsnorm_qkv_rope: `x` must have at least one feature"),
     (lambda: coda.ops.swiglu_mlp(_t(3, 0), _t(0), _t(4, 0), _t(0, 2)), "^coda.swiglu_mlp: `x` must have at least one"),
     (lambda: coda.ops.swiglu_mlp(_t(3, 8), _t(8), _t(0, 8), _t(8, 0)), "^coda.swiglu_mlp: `w_gu` must have at least"),
     (lambda: coda.ops.block(**_block_args(d=0)), "^coda.block: `x0` must have at least one feature"),
@@ -329,9 +329,9 @@ def test_zero_features_are_refused(call, match):
 def test_zero_tokens_work():
     """M = 0 (no tokens) is valid and gives empty outputs of the right shapes."""
     x = _t(2, 0, 8)
-    assert coda.ops.rms_norm_linear(x, _t(8), _t(4, 8)).shape == (2, 0, 4)
+    assert coda.ops.rmsnorm_linear(x, _t(8), _t(4, 8)).shape == (2, 0, 4)
     assert coda.ops.swiglu_mlp(x, _t(8), _t(12, 8), _t(8, 6))[0].shape == (2, 0, 8)
-    assert coda.ops.rms_norm_qkv_rope(*_qkv_args(x=x)[:3], torch.zeros(2, 0, dtype=torch.long), _t(32), 2, 1,
+    assert coda.ops.rmsnorm_qkv_rope(*_qkv_args(x=x)[:3], torch.zeros(2, 0, dtype=torch.long), _t(32), 2, 1,
                                       64).shape == (2, 0, 256)
     assert coda.ops.block(**_block_args(M=0))[1].shape == (0, 192)
     assert coda.ops.linear_cross_entropy(x, _t(8), _t(16, 8), torch.zeros(2, 0, dtype=torch.long)).item() == 0.0
@@ -403,8 +403,8 @@ def test_strided_targets_and_positions_cpu():
     assert torch.equal(coda.ops.cross_entropy(logits, targets), coda.ops.cross_entropy(logits, targets.contiguous()))
     positions = torch.arange(6).reshape(3, 2).t()
     args = _qkv_args(x=x)
-    assert torch.equal(coda.ops.rms_norm_qkv_rope(*args[:3], positions, *args[4:]),
-                       coda.ops.rms_norm_qkv_rope(*args[:3], positions.contiguous(), *args[4:]))
+    assert torch.equal(coda.ops.rmsnorm_qkv_rope(*args[:3], positions, *args[4:]),
+                       coda.ops.rmsnorm_qkv_rope(*args[:3], positions.contiguous(), *args[4:]))
 
 
 # ---- the same rules against the real library (GPU) -------------------------------------------------------------
@@ -453,16 +453,16 @@ _GPU_LIBRARY_CASES = {
                                                           next_gamma=_bf(_D, 2)[:, 0]), "swiglu_mlp", "next_gamma"),
     "swiglu_mlp-x": (lambda: coda.ops.swiglu_mlp(_strided(_M, _D), _bf(_D), _bf(2 * _F, _D), _bf(_D, _F)),
                      "swiglu_mlp", "x"),
-    "rms_norm_qkv_rope-w_qkv": (lambda: coda.ops.rms_norm_qkv_rope(_bf(_M, _D), _bf(_D), _strided(3 * _HD, _D),
+    "rmsnorm_qkv_rope-w_qkv": (lambda: coda.ops.rmsnorm_qkv_rope(_bf(_M, _D), _bf(_D), _strided(3 * _HD, _D),
                                                                    _pos(), _inv(), 1, 1, _HD),
-                                "rms_norm_qkv_rope", "w_qkv"),
-    "rms_norm_qkv_rope-gamma": (lambda: coda.ops.rms_norm_qkv_rope(_bf(_M, _D), _bf(_D, 2)[:, 0], _bf(3 * _HD, _D),
+                                "rmsnorm_qkv_rope", "w_qkv"),
+    "rmsnorm_qkv_rope-gamma": (lambda: coda.ops.rmsnorm_qkv_rope(_bf(_M, _D), _bf(_D, 2)[:, 0], _bf(3 * _HD, _D),
                                                                    _pos(), _inv(), 1, 1, _HD),
-                                "rms_norm_qkv_rope", "gamma"),
-    "rms_norm_linear-w": (lambda: coda.ops.rms_norm_linear(_bf(_M, _D), _bf(_D), _strided(32, _D)),
-                          "rms_norm_linear", "w"),
-    "rms_norm_linear-cache": (lambda: coda.ops.rms_norm_linear(_bf(_M, _D), _bf(_D), _bf(32, _D), cache=(
-        _strided(_M, _D), torch.ones(_M, device="cuda"))), "rms_norm_linear", "cache[0] (h)"),
+                                "rmsnorm_qkv_rope", "gamma"),
+    "rmsnorm_linear-w": (lambda: coda.ops.rmsnorm_linear(_bf(_M, _D), _bf(_D), _strided(32, _D)),
+                          "rmsnorm_linear", "w"),
+    "rmsnorm_linear-cache": (lambda: coda.ops.rmsnorm_linear(_bf(_M, _D), _bf(_D), _bf(32, _D), cache=(
+        _strided(_M, _D), torch.ones(_M, device="cuda"))), "rmsnorm_linear", "cache[0] (h)"),
     "linear_residual_rmsnorm-residual": (lambda: coda.ops.linear_residual_rmsnorm(
         _bf(_M, _F), _bf(_D, _F), _strided(_M, _D), _bf(_D)), "linear_residual_rmsnorm", "residual"),
     "linear_residual_rmsnorm-w": (lambda: coda.ops.linear_residual_rmsnorm(
@@ -498,8 +498,8 @@ def test_gpu_library_errors_name_the_callers_argument(case):
 
 @requires_gpu
 def test_gpu_zero_features_are_refused():
-    with pytest.raises(ValueError, match="^coda.rms_norm_linear: `x` must have at least one feature"):
-        coda.ops.rms_norm_linear(_bf(3, 0), _bf(0), _bf(8, 0))
+    with pytest.raises(ValueError, match="^coda.rmsnorm_linear: `x` must have at least one feature"):
+        coda.ops.rmsnorm_linear(_bf(3, 0), _bf(0), _bf(8, 0))
     with pytest.raises(ValueError, match="^coda.cross_entropy: `logits` must have at least one"):
         coda.ops.cross_entropy(_bf(3, 0), torch.zeros(3, dtype=torch.long, device="cuda"))
 
@@ -517,8 +517,8 @@ def test_gpu_strided_targets_and_positions():
     positions = torch.arange(M, device="cuda", dtype=torch.int32).reshape(M // 2, 2).t()
     inv = torch.rand(hd, device="cuda")[::2]
     w_qkv = _bf(3 * hd, d)
-    assert torch.equal(coda.ops.rms_norm_qkv_rope(x, g, w_qkv, positions, inv, 1, 1, hd),
-                       coda.ops.rms_norm_qkv_rope(x, g, w_qkv, positions.contiguous(), inv.contiguous(), 1, 1, hd))
+    assert torch.equal(coda.ops.rmsnorm_qkv_rope(x, g, w_qkv, positions, inv, 1, 1, hd),
+                       coda.ops.rmsnorm_qkv_rope(x, g, w_qkv, positions.contiguous(), inv.contiguous(), 1, 1, hd))
     args = dict(y0=_bf(2, M // 2, hd), x0=x, w_o=_bf(d, hd), gamma1=g, w_gu=_bf(2 * d, d), w_down=_bf(d, d),
                 gamma2=_bf(d), w_qkv=w_qkv, inv_freq=inv.contiguous(), n_q_heads=1, n_kv_heads=1, head_dim=hd)
     a, b = coda.ops.block(positions=positions, **args), coda.ops.block(positions=positions.contiguous(), **args)

@@ -1,6 +1,6 @@
 """coda.patch_qwen3 on a transformers Qwen3ForCausalLM (QK-norm: a per-head RMSNorm of q and k before RoPE): same
 loss, same gradients for every parameter (the q_norm / k_norm weights included), same logits, generate() and the
-weights untouched; patch_llama and patch_qwen3 refuse each other's models; ops.rms_norm_qkv_qk_norm_rope against the
+weights untouched; patch_llama and patch_qwen3 refuse each other's models; ops.rmsnorm_qkv_qk_norm_rope against the
 float64 reference of MATH.md "F4 with QK-norm"."""
 import copy
 
@@ -99,7 +99,7 @@ def test_patch_qwen3_refuses_sliding_window():
     assert getattr(m, "_coda_original_forward", None) is None
 
 
-def test_cpu_rms_norm_qkv_qk_norm_rope_matches_the_reference():
+def test_cpu_rmsnorm_qkv_qk_norm_rope_matches_the_reference():
     """The op against MATH.md's float64 composition: rmsnorm, the GEMM, the per-head norm, RoPE."""
     torch.manual_seed(3)
     hq, hkv, hd, d, M = 4, 2, 64, 96, 9
@@ -112,14 +112,14 @@ def test_cpu_rms_norm_qkv_qk_norm_rope_matches_the_reference():
     positions = torch.tensor([0, 1, 2, 7, 300, 4096, 65535, 5, 9], dtype=torch.int32)
     inv_freq = 1.0 / (1e6 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
     eps, qk_eps = 1e-5, 1e-6
-    got = coda.ops.rms_norm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
+    got = coda.ops.rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
                                              eps, qk_eps)
     z = (x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * gamma) @ w_qkv.T
     want, _ = ref64.qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, qk_eps, hq, hkv, hd)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
-def test_rms_norm_qkv_qk_norm_rope_checks_its_arguments():
+def test_rmsnorm_qkv_qk_norm_rope_checks_its_arguments():
     hq, hkv, hd, d = 2, 1, 64, 32
     x = torch.randn(3, d, dtype=torch.float64)
     gamma = torch.ones(d, dtype=torch.float64)
@@ -127,7 +127,7 @@ def test_rms_norm_qkv_qk_norm_rope_checks_its_arguments():
     g = torch.ones(hd, dtype=torch.float64)
     pos = torch.arange(3, dtype=torch.int32)
     inv = torch.ones(hd // 2, dtype=torch.float64)
-    op = coda.ops.rms_norm_qkv_qk_norm_rope
+    op = coda.ops.rmsnorm_qkv_qk_norm_rope
     with pytest.raises(ValueError, match="`k_gamma`"):
         op(x, gamma, w, g, g[:-2], pos, inv, hq, hkv, hd)
     with pytest.raises(ValueError, match="`qk_eps` must be > 0"):

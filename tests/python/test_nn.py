@@ -26,16 +26,16 @@ def _fill(module, seed):
 def _plain_forward(module, x, extra):
     """The plain PyTorch computation of each module, on its parameters (CODA layouts)."""
     if isinstance(module, coda.nn.RMSNormLinear):
-        return plain.rms_norm_linear(x, module.norm_weight, module.weight, EPS)
+        return plain.rmsnorm_linear(x, module.norm_weight, module.weight, EPS)
     if isinstance(module, coda.nn.SwiGLUMLP):
         return plain.swiglu_mlp(x, module.norm_weight, module.w_gu, module.down_proj.weight, EPS)
     if isinstance(module, coda.nn.RMSNormQKVQKNormRope):
         pair = (lambda w: coda.layout.pair_rope_rows(w[:, None], module.head_dim)[:, 0])
-        return plain.rms_norm_qkv_qk_norm_rope(x, module.norm_weight, module.w_qkv, pair(module.q_norm.weight),
+        return plain.rmsnorm_qkv_qk_norm_rope(x, module.norm_weight, module.w_qkv, pair(module.q_norm.weight),
                                                pair(module.k_norm.weight), *extra, module.n_q_heads,
                                                module.n_kv_heads, module.head_dim, EPS)
     if isinstance(module, coda.nn.RMSNormQKVRope):
-        return plain.rms_norm_qkv_rope(x, module.norm_weight, module.w_qkv, *extra, module.n_q_heads,
+        return plain.rmsnorm_qkv_rope(x, module.norm_weight, module.w_qkv, *extra, module.n_q_heads,
                                        module.n_kv_heads, module.head_dim, EPS)
     if isinstance(module, coda.nn.LlamaBlock):
         m = module

@@ -50,28 +50,28 @@ def _lce_case(seed, M, d, V, ignore=0.2, ignore_index=-100):
 
 
 def f_norm_linear(x, gm, w):
-    return coda.ops.rms_norm_linear(x, gm, w, EPS)
+    return coda.ops.rmsnorm_linear(x, gm, w, EPS)
 
 
 def p_norm_linear(x, gm, w):
-    return plain.rms_norm_linear(x, gm, w, EPS)
+    return plain.rmsnorm_linear(x, gm, w, EPS)
 
 
 def f_qkv(hq, hkv, hd):
-    return lambda x, gm, w, pos, inv: coda.ops.rms_norm_qkv_rope(x, gm, w, pos, inv, hq, hkv, hd, EPS)
+    return lambda x, gm, w, pos, inv: coda.ops.rmsnorm_qkv_rope(x, gm, w, pos, inv, hq, hkv, hd, EPS)
 
 
 def p_qkv(hq, hkv, hd):
-    return lambda x, gm, w, pos, inv: plain.rms_norm_qkv_rope(x, gm, w, pos, inv, hq, hkv, hd, EPS)
+    return lambda x, gm, w, pos, inv: plain.rmsnorm_qkv_rope(x, gm, w, pos, inv, hq, hkv, hd, EPS)
 
 
 def f_qk(hq, hkv, hd):
-    return lambda x, gm, w, qg, kg, pos, inv: coda.ops.rms_norm_qkv_qk_norm_rope(x, gm, w, qg, kg, pos, inv, hq, hkv,
+    return lambda x, gm, w, qg, kg, pos, inv: coda.ops.rmsnorm_qkv_qk_norm_rope(x, gm, w, qg, kg, pos, inv, hq, hkv,
                                                                                  hd, EPS)
 
 
 def p_qk(hq, hkv, hd):
-    return lambda x, gm, w, qg, kg, pos, inv: plain.rms_norm_qkv_qk_norm_rope(x, gm, w, qg, kg, pos, inv, hq, hkv, hd,
+    return lambda x, gm, w, qg, kg, pos, inv: plain.rmsnorm_qkv_qk_norm_rope(x, gm, w, qg, kg, pos, inv, hq, hkv, hd,
                                                                               EPS)
 
 
@@ -117,11 +117,11 @@ CE_OPTIONS = [dict(), dict(reduction="sum"), dict(reduction="none"), dict(label_
 # ---- CPU: the reference path and the autograd wiring -------------------------------------------------------
 
 @pytest.mark.parametrize("M", [1, 7, 33])
-def test_cpu_rms_norm_linear(M):
+def test_cpu_rmsnorm_linear(M):
     check_cpu(f_norm_linear, p_norm_linear, _norm_linear_case(M, M, 24, 16))
 
 
-def test_cpu_rms_norm_linear_batched():
+def test_cpu_rmsnorm_linear_batched():
     check_cpu(f_norm_linear, p_norm_linear, _norm_linear_case(3, 5, 16, 8, lead=(2,)))
 
 
@@ -249,7 +249,7 @@ def test_cpu_jit_trace_records_the_op():
     CUDA) is invisible to the tracer."""
     x, gm, w = [a.detach() for a in _norm_linear_case(25, 5, 16, 8)]
     traced = torch.jit.trace(f_norm_linear, (x, gm, w))
-    assert "coda::rms_norm_linear" in str(traced.graph)
+    assert "coda::rmsnorm_linear" in str(traced.graph)
 
 
 @pytest.mark.parametrize("reentrant", [False, True])
@@ -311,7 +311,7 @@ DTYPES = [torch.bfloat16, torch.float16]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,d,n", [(1, 64, 64), (1000, 264, 128), (4097, 2048, 256), (256, 16, 24), (300, 64, 1003),
                                    (1000, 128, 5)])
-def test_gpu_rms_norm_linear(M, d, n, dtype):
+def test_gpu_rmsnorm_linear(M, d, n, dtype):
     check_op(f_norm_linear, p_norm_linear, _norm_linear_case(M, M, d, n), dtype, names=["x", "gamma", "w"],
              row_sums=ROW_SUMS)
 
@@ -514,13 +514,13 @@ def test_cpu_cache_slices_and_shapes():
     g = I.gen(3)
     x, gm, w = I.act(g, 2, 9, 16).detach(), (1 + 0.1 * I.act(g, 16)).detach(), I.weight(g, 24, 16).detach()
     h, rstd = coda.ops.rmsnorm_prepare(x, gm, EPS)
-    want = coda.ops.rms_norm_linear(x[:, -1:], gm, w, EPS)
+    want = coda.ops.rmsnorm_linear(x[:, -1:], gm, w, EPS)
     for cache in ((h[:, -1:], rstd[:, -1:]), (h[:, -1:].reshape(2, 16), rstd[:, -1:].reshape(2)),
                   (h[:, -1:].reshape(2, 16), rstd[:, -1:].reshape(2, 1))):
-        got = coda.ops.rms_norm_linear(x[:, -1:], gm, w, EPS, cache=cache)
+        got = coda.ops.rmsnorm_linear(x[:, -1:], gm, w, EPS, cache=cache)
         assert got.shape == (2, 1, 24) and (got - want).abs().max().item() <= 1e-12
     with pytest.raises(ValueError, match="`cache`"):
-        coda.ops.rms_norm_linear(x[:, -1:], gm, w, EPS, cache=(h, rstd))
+        coda.ops.rmsnorm_linear(x[:, -1:], gm, w, EPS, cache=(h, rstd))
 
 
 def test_cpu_fp16_mean_loss_takes_the_sum_path(monkeypatch):
@@ -548,3 +548,16 @@ def test_cpu_fp16_mean_loss_takes_the_sum_path(monkeypatch):
     assert reductions == ["sum", "sum"]
     coda.ops.linear_cross_entropy(*(a.detach().bfloat16().requires_grad_() for a in (x, gm, w)), t, EPS)
     assert reductions[-1] == "mean"
+
+
+def test_old_rms_norm_names_warn_and_forward():
+    """rms_norm_linear & co. (the names before the ops took the C ABI's `rmsnorm`) still run, with a
+    DeprecationWarning naming the new name, and give the renamed op's result."""
+    g = I.gen(5)
+    x, gm, w = torch.randn(3, 8, generator=g, dtype=torch.float64), I.norm(g, 8), torch.randn(4, 8, generator=g,
+                                                                                                dtype=torch.float64)
+    with pytest.warns(DeprecationWarning, match="renamed coda.ops.rmsnorm_linear"):
+        old = coda.ops.rms_norm_linear(x, gm, w)
+    torch.testing.assert_close(old, coda.ops.rmsnorm_linear(x, gm, w), rtol=0, atol=0)
+    assert coda.ops.rms_norm_qkv_rope.__name__ == "rms_norm_qkv_rope"
+    assert "rmsnorm_qkv_qk_norm_rope" not in coda.ops.rms_norm_qkv_qk_norm_rope.__name__

@@ -60,11 +60,11 @@ def attention(qkv, attention_mask, hq, hkv, hd, dropout):
 
 
 def qkv_projection(x, w, positions, inv_freq, hq, hkv, hd, eps, cache):
-    """A layer's attention input from its residual stream x: rms_norm_qkv_rope, or with QK-norm (w.q_gamma set)
-    rms_norm_qkv_qk_norm_rope. cache: (h, rstd) of x's norm with w.gamma_in."""
+    """A layer's attention input from its residual stream x: rmsnorm_qkv_rope, or with QK-norm (w.q_gamma set)
+    rmsnorm_qkv_qk_norm_rope. cache: (h, rstd) of x's norm with w.gamma_in."""
     if w.q_gamma is None:
-        return ops.rms_norm_qkv_rope(x, w.gamma_in, w.w_qkv, positions, inv_freq, hq, hkv, hd, eps, cache=cache)
-    return ops.rms_norm_qkv_qk_norm_rope(x, w.gamma_in, w.w_qkv, w.q_gamma, w.k_gamma, positions, inv_freq, hq, hkv,
+        return ops.rmsnorm_qkv_rope(x, w.gamma_in, w.w_qkv, positions, inv_freq, hq, hkv, hd, eps, cache=cache)
+    return ops.rmsnorm_qkv_qk_norm_rope(x, w.gamma_in, w.w_qkv, w.q_gamma, w.k_gamma, positions, inv_freq, hq, hkv,
                                          hd, eps, cache=cache)
 
 
@@ -125,4 +125,4 @@ def causal_lm_head(x, norm_cache, gamma_final, w_head, eps, labels=None, num_ite
         keep = slice(-logits_to_keep, None) if logits_to_keep > 0 else slice(None)
     else:
         keep = logits_to_keep
-    return None, ops.rms_norm_linear(x[:, keep], gamma_final, w_head, eps, cache=(h[:, keep], rstd[:, keep]))
+    return None, ops.rmsnorm_linear(x[:, keep], gamma_final, w_head, eps, cache=(h[:, keep], rstd[:, keep]))
