@@ -1,10 +1,12 @@
-// C ABI of the CODA block (include/coda/block.h): validation of the whole block first, then the ops in order
-// through their own C entry points (each re-validates its step cheaply; a failure there is a CODA bug, reported
-// with the step's name). Temporaries come from the caller's workspace, carved in 256-byte aligned slots.
+// C ABI of the CODA block (include/coda/block.h): validation of the whole block once, then the fused ops in order
+// through their internal entries (coda::ops, coda::kernels: no second validation per step; an error there names the
+// step) and the weight-gradient GEMMs through coda_gemm. Temporaries come from the caller's workspace, carved in
+// 256-byte aligned slots.
 #include <coda/block.h>
 #include <coda/coda.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <cstdint>
 #include <string>
 
@@ -12,14 +14,22 @@
 #include "api/compose.hpp"
 #include "api/guard.hpp"
 #include "api/validate.hpp"
+#include "kernels/kernels.hpp"
+#include "ops/linear_residual_rmsnorm/kernels.hpp"
+#include "ops/linear_residual_rmsnorm_bwd/kernels.hpp"
+#include "ops/linear_rowscale_rope/kernels.hpp"
+#include "ops/linear_rowscale_swiglu/kernels.hpp"
+#include "ops/linear_swiglu_bwd_zdz/kernels.hpp"
 #include "ops/op_config.hpp"
+
+#include <cuda_runtime_api.h>
 
 using coda::api::Arg;
 using coda::api::guarded;
 using coda::api::Carver;
+using coda::api::row_stride;
 using coda::api::step;
 using coda::api::transposed;
-using coda::api::view1d;
 using coda::api::view2d;
 using coda::detail::fail;
 namespace api = coda::api;
@@ -212,22 +222,35 @@ CODA_API coda_status coda_block_forward(const coda_block_config* config, const c
     api::require_kernel_device(device, {Y0});
     if (s.M == 0) return;
 
-    coda_dtype const dt = Y0.dtype();
-    coda_tensor h = view2d(plan.h, dt, s.M, s.d, s.d, device);
-    coda_tensor y1 = view2d(plan.y1, dt, s.M, s.F, s.F, device);
-    step(coda_linear_residual_rmsnorm(y0, &w.w_o, x0, &w.gamma1, config->eps, &saved->x1, &h, &saved->rstd1,
-                                      plan.op_ws, plan.op_ws_bytes, stream),
-         "F1 (out-projection + residual + RMSNorm 1)");
-    step(coda_linear_rowscale_swiglu(&h, &w.w_gu, &saved->rstd1, &saved->z1, &y1, plan.op_ws, plan.op_ws_bytes,
-                                     stream),
-         "F3 (gate/up + SwiGLU)");
-    step(coda_linear_residual_rmsnorm(&y1, &w.w_down, &saved->x1, &w.gamma2, config->eps, &saved->x2, &h,
-                                      &saved->rstd2, plan.op_ws, plan.op_ws_bytes, stream),
-         "F1 (down-projection + residual + RMSNorm 2)");
-    step(coda_linear_rowscale_rope(&h, &w.w_qkv, &saved->rstd2, positions, inv_freq, config->n_q_heads,
-                                   config->n_kv_heads, config->head_dim, &saved->qkv, plan.op_ws, plan.op_ws_bytes,
-                                   stream),
-         "F4 (q/k/v + RoPE)");
+    bool const fp16 = Y0.dtype() == CODA_FP16;
+    auto const st = static_cast<cudaStream_t>(stream);
+    coda_block_saved& sv = *saved;
+    float* const rstd1 = static_cast<float*>(sv.rstd1.data);
+    float* const rstd2 = static_cast<float*>(sv.rstd2.data);
+    // h1 then h2 share one [M, d] temporary; y1 is [M, F]; both dense.
+    step("F1 (out-projection + residual + RMSNorm 1)", [&] {
+      coda::ops::linear_residual_rmsnorm(s.M, s.d, s.qo, y0->data, row_stride(*y0, s.qo), w.w_o.data,
+                                         row_stride(w.w_o, s.qo), x0->data, row_stride(*x0, s.d), w.gamma1.data,
+                                         config->eps, sv.x1.data, row_stride(sv.x1, s.d), plan.h, s.d, rstd1,
+                                         plan.op_ws, plan.op_ws_bytes, fp16, st);
+    });
+    step("F3 (gate/up + SwiGLU)", [&] {
+      coda::ops::linear_rowscale_swiglu(s.M, 2 * s.F, s.d, plan.h, s.d, w.w_gu.data, row_stride(w.w_gu, s.d), rstd1,
+                                        sv.z1.data, row_stride(sv.z1, 2 * s.F), plan.y1, s.F, fp16, st);
+    });
+    step("F1 (down-projection + residual + RMSNorm 2)", [&] {
+      coda::ops::linear_residual_rmsnorm(s.M, s.d, s.F, plan.y1, s.F, w.w_down.data, row_stride(w.w_down, s.F),
+                                         sv.x1.data, row_stride(sv.x1, s.d), w.gamma2.data, config->eps, sv.x2.data,
+                                         row_stride(sv.x2, s.d), plan.h, s.d, rstd2, plan.op_ws, plan.op_ws_bytes,
+                                         fp16, st);
+    });
+    step("F4 (q/k/v + RoPE)", [&] {
+      coda::ops::linear_rowscale_rope(s.M, s.W, s.d, plan.h, s.d, w.w_qkv.data, row_stride(w.w_qkv, s.d), rstd2,
+                                      static_cast<int32_t const*>(positions->data),
+                                      static_cast<float const*>(inv_freq->data), config->n_q_heads,
+                                      config->n_kv_heads, config->head_dim, sv.qkv.data, row_stride(sv.qkv, s.W),
+                                      plan.op_ws, plan.op_ws_bytes, fp16, st);
+    });
   });
 }
 
@@ -285,33 +308,75 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     coda_dtype const dt = Y0.dtype();
     coda_tensor a = view2d(plan.a, dt, s.M, s.d, s.d, device);
     coda_tensor y1 = view2d(plan.y1, dt, s.M, s.F, s.F, device);
-    coda_tensor zdz1 = view1d(plan.zdz1, CODA_FP32, s.M, device);
-    coda_tensor zdz2 = view1d(plan.zdz2, CODA_FP32, s.M, device);
     void* const ws = plan.op_ws;
     size_t const wsb = plan.op_ws_bytes;
 
+    bool const fp16 = dt == CODA_FP16;
+    auto const st = static_cast<cudaStream_t>(stream);
+    coda_block_saved const& sv = *saved;
+    // With no tokens only the weight gradients remain: zero (the GEMMs below, K = 0) and dgamma = 0 (empty sums).
+    if (s.M == 0) {
+      for (coda_tensor const* g : {&grads->gamma1, &grads->gamma2}) {
+        step("dgamma = 0 (no tokens)", [&] {
+          CODA_CUDA_CHECK(cudaMemsetAsync(g->data, 0, static_cast<size_t>(s.d) * sizeof(float), st));
+        });
+      }
+    }
     // 1. B1: dz_qkv (over dqkv) and zdz2 = (1/d) <qkv, dqkv>.
-    step(coda_rope_bwd_zdz(&saved->qkv, dqkv, positions, inv_freq, config->n_q_heads, config->n_kv_heads,
-                           config->head_dim, s.d, dqkv, &zdz2, stream),
-         "B1 (RoPE backward)");
-    // 2. B2 with W_qkv: dx2 (into dx0) = dx2_in + RMSNorm-2 backward of dz_qkv W_qkv; a2; dgamma2.
-    step(coda_linear_residual_rmsnorm_bwd(dqkv, &w.w_qkv, &saved->x2, &w.gamma2, &saved->rstd2, &zdz2, dx2, 1.0f,
-                                          dx0_out, &a, &grads->gamma2, ws, wsb, stream),
-         "B2 (q/k/v dgrad + RMSNorm 2 backward)");
+    if (s.M > 0) {
+      step("B1 (RoPE backward)", [&] {
+        coda::kernels::RopeBwdArgs k;
+        k.dtype = dt;
+        k.M = s.M;
+        k.n_q_heads = config->n_q_heads;
+        k.n_kv_heads = config->n_kv_heads;
+        k.head_dim = config->head_dim;
+        k.qkv = sv.qkv.data;
+        k.ld_qkv = sv.qkv.strides[0];
+        k.dqkv = dqkv->data;
+        k.ld_dqkv = dqkv->strides[0];
+        k.positions = static_cast<int32_t const*>(positions->data);
+        k.inv_freq = static_cast<float const*>(inv_freq->data);
+        k.hidden_size = s.d;
+        k.dz = dqkv->data;
+        k.ld_dz = dqkv->strides[0];
+        k.zdz = plan.zdz2;
+        coda::kernels::rope_bwd_zdz(k, st);
+      });
+      // 2. B2 with W_qkv: dx2 (into dx0) = dx2_in + RMSNorm-2 backward of dz_qkv W_qkv; a2; dgamma2.
+      step("B2 (q/k/v dgrad + RMSNorm 2 backward)", [&] {
+        coda::ops::linear_residual_rmsnorm_bwd(
+            s.M, s.d, s.W, dqkv->data, row_stride(*dqkv, s.W), w.w_qkv.data, row_stride(w.w_qkv, s.d), sv.x2.data,
+            row_stride(sv.x2, s.d), w.gamma2.data, static_cast<float const*>(sv.rstd2.data), plan.zdz2,
+            dx2 != nullptr ? dx2->data : nullptr, dx2 != nullptr ? row_stride(*dx2, s.d) : 0, 1.0f, dx0_out->data,
+            row_stride(*dx0_out, s.d), plan.a, s.d, static_cast<float*>(grads->gamma2.data), fp16, ws, wsb, st);
+      });
+    }
     // 3. dW_qkv = dz_qkv^T a2.
     coda_tensor const dq_t = transposed(*dqkv), a_t = transposed(a);
     step(coda_gemm(&dq_t, &a_t, &grads->w_qkv, 1.0f, 0, ws, wsb, stream), "dW_qkv = dz_qkv^T a2");
     // 4. B3 with W_down: dz1 (over z1), y1, zdz1 from dx2.
-    step(coda_linear_swiglu_bwd_zdz(dx0_out, &w.w_down, &saved->z1, const_cast<coda_tensor*>(&saved->z1), &y1, &zdz1,
-                                    ws, wsb, stream),
-         "B3 (down dgrad + SwiGLU backward)");
+    if (s.M > 0) {
+      step("B3 (down dgrad + SwiGLU backward)", [&] {
+        coda::ops::linear_swiglu_bwd_zdz(s.M, s.F, s.d, dx0_out->data, row_stride(*dx0_out, s.d), w.w_down.data,
+                                         row_stride(w.w_down, s.F), sv.z1.data, row_stride(sv.z1, 2 * s.F),
+                                         sv.z1.data, row_stride(sv.z1, 2 * s.F), plan.y1, s.F, plan.zdz1, fp16, ws,
+                                         wsb, st);
+      });
+    }
     // 5. dW_down = dx2^T y1.
     coda_tensor const dx2_t = transposed(*dx0_out), y1_t = transposed(y1);
     step(coda_gemm(&dx2_t, &y1_t, &grads->w_down, 1.0f, 0, ws, wsb, stream), "dW_down = dx2^T y1");
     // 6. B2 with W_gu: dx1 = dx2 + RMSNorm-1 backward of dz1 W_gu (in place in dx0); a1; dgamma1.
-    step(coda_linear_residual_rmsnorm_bwd(&saved->z1, &w.w_gu, &saved->x1, &w.gamma1, &saved->rstd1, &zdz1, dx0_out,
-                                          1.0f, dx0_out, &a, &grads->gamma1, ws, wsb, stream),
-         "B2 (gate/up dgrad + RMSNorm 1 backward)");
+    if (s.M > 0) {
+      step("B2 (gate/up dgrad + RMSNorm 1 backward)", [&] {
+        coda::ops::linear_residual_rmsnorm_bwd(
+            s.M, s.d, 2 * s.F, sv.z1.data, row_stride(sv.z1, 2 * s.F), w.w_gu.data, row_stride(w.w_gu, s.d),
+            sv.x1.data, row_stride(sv.x1, s.d), w.gamma1.data, static_cast<float const*>(sv.rstd1.data), plan.zdz1,
+            dx0_out->data, row_stride(*dx0_out, s.d), 1.0f, dx0_out->data, row_stride(*dx0_out, s.d), plan.a, s.d,
+            static_cast<float*>(grads->gamma1.data), fp16, ws, wsb, st);
+      });
+    }
     // 7. dW_gu = dz1^T a1.
     coda_tensor const dz1_t = transposed(saved->z1);
     step(coda_gemm(&dz1_t, &a_t, &grads->w_gu, 1.0f, 0, ws, wsb, stream), "dW_gu = dz1^T a1");

@@ -78,4 +78,19 @@ inline void step(coda_status st, char const* what) {
   if (st != CODA_SUCCESS) detail::fail(st, "step ", what, " failed: ", coda_last_error());
 }
 
+/// Runs one op's internal entry (coda::ops / coda::kernels: no validation, the composition has done it once for the
+/// whole) as a step: an error it throws (a CUDA failure, a refused CODA_OP_CONFIG pin) names the step.
+template <class Run>
+void step(char const* what, Run&& run) {
+  try {
+    run();
+  } catch (detail::Error const& e) {
+    detail::fail(e.status(), "step ", what, " failed: ", e.what());
+  }
+}
+
+/// The row stride a kernel takes for a row-major [rows, cols] tensor (cols when there is one row: its stride is
+/// then free).
+inline int64_t row_stride(coda_tensor const& t, int64_t cols) { return t.sizes[0] > 1 ? t.strides[0] : cols; }
+
 }  // namespace coda::api
