@@ -131,9 +131,20 @@ struct ReplaceStoreOp<cutlass::epilogue::collective::CollectiveEpilogue<Policy, 
                                                                  SmemC, S2R, NewStore, SmemD, R2S, AtomC, R2R>;
 };
 
+/// The collective a program runs: the built one, or the program's `template <class Built> using WrapCollective`
+/// around it (a pass over the accumulators before the subtile loop: epilogue/accumulator_prepass.hpp).
+template <class Program, class Built, class = void>
+struct WrapCollectiveOf {
+  using type = Built;
+};
+template <class Program, class Built>
+struct WrapCollectiveOf<Program, Built, std::void_t<typename Program::template WrapCollective<Built>>> {
+  using type = typename Program::template WrapCollective<Built>;
+};
+
 /// CollectiveEpilogue of a program: CUTLASS's builder, or (when the program defines EpilogueDispatchPolicy, an
 /// Sm90TmaWarpSpecialized<StagesC, StagesD, ...>) the builder's implementation with that policy; either with the
-/// program's store op (StoreOpOf) in the S2G slot.
+/// program's store op (StoreOpOf) in the S2G slot; wrapped as the program asks (WrapCollectiveOf).
 template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
           class LayoutD, int kAlignmentD, bool = HasEpilogueDispatchPolicy<Program>::value>
 struct EpilogueOf {
@@ -141,7 +152,8 @@ struct EpilogueOf {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
       typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD,
       typename Config::EpilogueSchedule, typename Program::Fusion>::CollectiveOp;
-  using type = typename ReplaceStoreOp<Built, typename StoreOpOf<Program>::type>::type;
+  using type =
+      typename WrapCollectiveOf<Program, typename ReplaceStoreOp<Built, typename StoreOpOf<Program>::type>::type>::type;
 };
 template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
           class LayoutD, int kAlignmentD>
@@ -149,7 +161,8 @@ struct EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC, Eleme
   using Built = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
       typename Config::TileShape, typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD,
       LayoutD, kAlignmentD, typename Program::Fusion, typename Program::EpilogueDispatchPolicy>::CollectiveOp;
-  using type = typename ReplaceStoreOp<Built, typename StoreOpOf<Program>::type>::type;
+  using type =
+      typename WrapCollectiveOf<Program, typename ReplaceStoreOp<Built, typename StoreOpOf<Program>::type>::type>::type;
 };
 
 }  // namespace detail

@@ -3,22 +3,31 @@
 //   u = multiplies(acc, ColBroadcast(rstd))          fp32
 //   z = AuxStore(u)                                  R(u) through its own TMA store (skipped for a null z: the
 //                                                    stock node's EnableNullptr); passes u on
-//   D = QkNormRope(u)                                per-head norm of q/k, gamma, RoPE; v = u (qk_norm_rope.hpp)
+//   D = QkNormRope(u)                                per-head norm of q/k, gamma, RoPE; v = u (qk_norm_rope.hpp,
+//                                                    or qk_norm_rope_prepass.hpp with the heads' sums taken by a
+//                                                    pass over the accumulators before the subtile loop)
 //
 // The node sees u in fp32 (z's rounding is not in qkv's path), as MATH.md's one-rounding rule asks.
 #pragma once
 
+#include "epilogue/accumulator_prepass.hpp"
 #include "epilogue/broadcast.hpp"
 #include "epilogue/qk_norm_rope.hpp"
+#include "epilogue/qk_norm_rope_prepass.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_rowscale_qk_norm_rope/kernels.hpp"
 
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/numeric_types.h>
 
+#include <type_traits>
+
 namespace coda::ops {
 
-struct QkNormRopeEpilogue {
+/// kPrepass: the builder's narrow subtiles with the heads' sums taken before the subtile loop
+/// (Sm90QkNormRopePrepass in a Sm90PrepassCollective), else 64 x 128 subtiles holding whole heads (Sm90QkNormRope).
+template <bool kPrepass>
+struct QkNormRopeEpilogueT {
   using Args = QkNormRopeArgs;
 
   static char const* check_args(Args const& a) {
@@ -32,7 +41,8 @@ struct QkNormRopeEpilogue {
     using ElementC = void;
     static constexpr auto kRound = Traits::kRound;
     using TileShape = typename Traits::TileShape;
-    static_assert(cute::size<1>(typename Traits::EpilogueTile{}) == 128, "QK-norm: a 64 x 128 epilogue subtile");
+    static_assert(kPrepass || cute::size<1>(typename Traits::EpilogueTile{}) == 128,
+                  "QK-norm: a 64 x 128 epilogue subtile, or the prepass");
 
     using Descriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
         TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
@@ -47,8 +57,22 @@ struct QkNormRopeEpilogue {
                                                 typename ZStore::Stride, typename ZStore::SmemLayoutAtom,
                                                 typename ZStore::CopyOpR2S>;
     using Z = cutlass::epilogue::fusion::Sm90EVT<ZStoreNode, U>;
-    using Node = epilogue::Sm90QkNormRope<TileShape>;
+    using Node = std::conditional_t<kPrepass, epilogue::Sm90QkNormRopePrepass<TileShape>,
+                                    epilogue::Sm90QkNormRope<TileShape>>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, Z>;
+
+    /// The node's SharedStorage in the collective's: the tree's storage is the tuple {z subtree, node}.
+    struct NodeStorage {
+      template <class TensorStorage>
+      static CUTLASS_DEVICE auto& get(TensorStorage& ts) {
+        return cute::get<1>(ts.thread);
+      }
+    };
+    template <class Built>
+    using WrapCollective = std::conditional_t<
+        kPrepass, epilogue::Sm90PrepassCollective<Built, typename epilogue::Sm90QkNormRopePrepass<
+                                                             TileShape>::template Prepass<NodeStorage>>,
+        Built>;
 
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
@@ -66,12 +90,20 @@ struct QkNormRopeEpilogue {
       node.n_kv_heads = args.n_kv_heads;
       node.head_dim = args.head_dim;
       node.eps = args.eps;
+      if constexpr (kPrepass) node.rstd = args.rstd;
     }
   };
 };
 
+using QkNormRopeEpilogue = QkNormRopeEpilogueT<false>;
+using QkNormRopePrepassEpilogue = QkNormRopeEpilogueT<true>;
+
+/// A config with 64 x 128 subtiles (`_e128`) runs Sm90QkNormRope; any other the prepass program.
 template <class Config, class Element = cutlass::bfloat16_t>
-using QkNormRopeKernel = gemm::FusedLinear<Config, QkNormRopeEpilogue, Element, Element,
-                                           cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+using QkNormRopeKernel = gemm::FusedLinear<
+    Config,
+    std::conditional_t<cute::size<1>(typename gemm::EpilogueTileOf<Config, Element>::type{}) == 128,
+                       QkNormRopeEpilogue, QkNormRopePrepassEpilogue>,
+    Element, Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops

@@ -1,0 +1,193 @@
+// QkNormRopePrepass: F4 with QK-norm's node (the math of qk_norm_rope.hpp) for the builder's narrow epilogue
+// subtiles (64 x 32: 16 elements per thread per visit), with the heads' sums of squares taken before the subtile
+// loop by its Prepass over the accumulators (accumulator_prepass.hpp). Per q and k head of row m:
+//   S = sum_j acc_j^2 over the head's columns (the prepass),   r = 1 / sqrt(rstd[m]^2 S / head_dim + eps),
+//   n_j = u_j r gamma[j] with u = rstd[m] acc (the node's child),   out = RoPE(n);   v heads: out = u.
+//
+// Why: the 64 x 128 subtile of Sm90QkNormRope holds 64 fragment elements per thread beside the accumulators, which
+// leaves no room for a 192-row pingpong tile (192 accumulators: 428 bytes of spill); here a visit holds 16, as
+// every other fused op's.
+//
+// Prepass: each thread sums the squares of its accumulators per (row, 64-column half of the 128-wide N tile) (its
+// rows are r + 8 h + 64 mm of the MMA layout: 2 per 64-row block), the quad's xor-shuffles complete the rows, and
+// lane 0 of the quad writes the sums to shared memory, [consumer warpgroup][tile row][half]; a __syncwarp later the
+// quad's lanes read them back in visit() (a row is only ever read by the warp that wrote it). head_dim 128 adds the
+// two halves. rstd (the input norm's row scale) multiplies in visit, not in the prepass: S is of acc, not u.
+//
+// Requirements: pingpong (128 epilogue threads per warpgroup, two consumer warpgroups), a 128-wide N tile, a
+// subtile of at most 64 columns; head_dim 64 or 128. Host reference: coda::ref::linear_rowscale_qk_norm_rope.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+// The visitor header uses NumericArrayConverter & co. unqualified: include it through the callbacks header.
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+
+#include "epilogue/node_base.hpp"
+#include "epilogue/qk_norm_rope.hpp"
+#include "epilogue/rope_pair.hpp"
+#include "epilogue/smem_row_sums.hpp"
+
+namespace coda::epilogue {
+
+/// Arguments of Sm90QkNormRopePrepass: those of Sm90QkNormRope and the input norm's row scale.
+struct QkNormRopePrepassArguments : QkNormRopeArguments {
+  float const* rstd = nullptr;  ///< [M] fp32
+};
+
+template <class CtaTileShapeMNK>
+struct Sm90QkNormRopePrepass : Sm90StoreOnlyNode {
+  static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
+  static_assert(cute::size<1>(CtaTileShapeMNK{}) == 128, "QkNormRopePrepass: a 128-wide N tile (whole heads)");
+
+  struct SharedStorage {
+    alignas(16) float sumsq[2][kTileM][2];  // [consumer warpgroup][tile row][64-column half]
+  };
+  using Arguments = QkNormRopePrepassArguments;
+  struct Params : Arguments {
+    int M = 0;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
+    Params p;
+    static_cast<Arguments&>(p) = args;
+    p.M = static_cast<int>(cute::get<0>(problem_shape));
+    return p;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return args.q_gamma != nullptr && args.k_gamma != nullptr && args.inv_freq != nullptr &&
+           args.positions != nullptr && args.rstd != nullptr && (args.head_dim == 64 || args.head_dim == 128) &&
+           args.n_q_heads > 0 && args.n_kv_heads > 0 && args.eps >= 0.0f;
+  }
+
+  CUTLASS_HOST_DEVICE Sm90QkNormRopePrepass() {}
+  CUTLASS_HOST_DEVICE Sm90QkNormRopePrepass(Params const& params, SharedStorage const& smem)
+      : params_ptr(&params), smem_ptr(&smem) {}
+
+  Params const* params_ptr = nullptr;
+  SharedStorage const* smem_ptr = nullptr;
+
+  /// This consumer warpgroup's slot of SharedStorage (pingpong: warpgroups 1 and 2; 0 is the producer).
+  static CUTLASS_DEVICE int consumer_slot() { return (cutlass::canonical_warp_group_idx() - 1) & 1; }
+
+  /// The pass over the accumulators (Sm90PrepassCollective); StorageOf::get(tensor_storage) is this node's
+  /// SharedStorage in the collective's TensorStorage.
+  template <class StorageOf>
+  struct Prepass {
+    template <class Acc, class TiledMma, class TensorStorage>
+    static CUTLASS_DEVICE void run(Acc const& acc, TiledMma const& tiled_mma, int thread_idx, TensorStorage& ts) {
+      using namespace cute;
+      // The GMMA accumulator fragment: ((2 columns, 2 row halves, 16 column groups), 64-row blocks, 1): value
+      // (e, h, j) of block mm at tile row r0 + 64 mm + 8 h, column c0 + 8 j + e.
+      constexpr int kV = decltype(size<0>(acc))::value, kMM = decltype(size<1>(acc))::value;
+      static_assert(kV == 64 && kMM * 64 == kTileM && decltype(size<2>(acc))::value == 1,
+                    "QkNormRopePrepass: one m64n128 GMMA fragment per 64-row block");
+      float s[kMM][2][2] = {};  // [mm][h][64-column half]
+      CUTLASS_PRAGMA_UNROLL
+      for (int mm = 0; mm < kMM; ++mm) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v = 0; v < kV; ++v) {
+          float const x = acc(v, mm, 0);
+          float& t = s[mm][(v >> 1) & 1][v >> 5];
+          t = fmaf(x, x, t);
+        }
+      }
+      // The rows, from the MMA's own coordinates (value 2 h of block mm is column group 0 of row half h).
+      Tensor const cAcc = tiled_mma.get_thread_slice(thread_idx)
+                              .partition_C(make_identity_tensor(make_shape(Int<kTileM>{}, Int<128>{})));
+      auto& smem = StorageOf::get(ts);
+      int const slot = consumer_slot();
+      bool const writer = (thread_idx & 3) == 0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int mm = 0; mm < kMM; ++mm) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          int const row = get<0>(cAcc(2 * h, mm, 0));
+          CUTLASS_PRAGMA_UNROLL
+          for (int half = 0; half < 2; ++half) {
+            float t = s[mm][h][half];
+            t += __shfl_xor_sync(0xffffffffu, t, 1);
+            t += __shfl_xor_sync(0xffffffffu, t, 2);
+            if (writer) smem.sumsq[slot][row][half] = t;
+          }
+        }
+      }
+      __syncwarp();
+    }
+  };
+
+  template <class CoordTensor>
+  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params, SharedStorage const* smem)
+        : tC_cD(cute::forward<CoordTensor>(coords)), params(params), smem(smem) {}
+
+    CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
+    Params const* params;  // read through the pointer (constant bank): no register copies through the tile
+    SharedStorage const* smem;
+
+    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
+                              cutlass::Array<ElementInput, FragmentSize> const& u) {
+      static_assert(FragmentSize % 4 == 0 && FragmentSize <= 32,
+                    "expects a subtile of at most 64 columns over 128 threads: column groups x 2 rows x 2");
+      auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
+      int const r = cute::get<0>(origin), c = cute::get<1>(origin);
+      int const hd = params->head_dim;
+      int const head = c / hd;  // the subtile's columns lie in one 64-column half: one head
+      cutlass::Array<float, FragmentSize> out;
+      if (head >= params->n_q_heads + params->n_kv_heads) {  // v heads, and columns past N: pass through
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < FragmentSize; ++k) out[k] = static_cast<float>(u[k]);
+        return out;
+      }
+      float const* const gamma = head < params->n_q_heads ? params->q_gamma : params->k_gamma;
+      int const M = params->M;
+      int const slot = consumer_slot(), half = (c & 127) >> 6;
+      float const inv_hd = hd == 128 ? 1.0f / 128.0f : 1.0f / 64.0f;
+      float rh[2], pos[2];
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        int const m = r + 8 * h;
+        float const* const sums = smem->sumsq[slot][m % kTileM];
+        float const sum = hd == 128 ? sums[0] + sums[1] : sums[half];
+        float const x = __ldg(params->rstd + min(m, M - 1));
+        rh[h] = rsqrtf(fmaf(x * x, sum * inv_hd, params->eps));
+        pos[h] = static_cast<float>(__ldg(params->positions + min(m, M - 1)));
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < FragmentSize / 4; ++j) {
+        int const col = (c + 8 * j) & (hd - 1);  // even: the pair's first column within its head
+        float2 const g = __ldg(reinterpret_cast<float2 const*>(gamma + col));
+        float const f = __ldg(params->inv_freq + col / 2);
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          int const k = 4 * j + 2 * h;
+          float const n0 = static_cast<float>(u[k]) * rh[h] * g.x;
+          float const n1 = static_cast<float>(u[k + 1]) * rh[h] * g.y;
+          float s, co;
+          detail::rope_sincos(pos[h], f, &s, &co);
+          out[k] = __fmaf_rn(n0, co, -n1 * s);
+          out[k + 1] = __fmaf_rn(n1, co, n0 * s);
+        }
+      }
+      return out;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    static_assert(decltype(cute::size(args.tiled_copy))::value == 128,
+                  "QkNormRopePrepass: a pingpong epilogue (128 threads; a quad's lanes share rows)");
+    auto coords = fragment_coords<ReferenceSrc>(args);
+    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), params_ptr, smem_ptr);
+  }
+};
+
+}  // namespace coda::epilogue
