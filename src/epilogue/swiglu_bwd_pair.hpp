@@ -143,9 +143,9 @@ struct Sm90SwigluBwdPair
       // tile, 192 accumulators): one pair per chunk, the smallest live set (ptxas: 12 bytes of spill stores against
       // 24 with chunks of 4 and 8). There the store addresses are recomputed from Params (kernel parameter space)
       // per store rather than kept as two 64-bit row pointers (60 -> 24 bytes); 64x32 subtiles keep the pointers
-      // (no register shortage at 128 accumulators, and two integer ops fewer per store). kNarrowChunk = 4 is the
-      // earlier 64x16 build (chunks of two pairs, the pointers kept: more spill, measured faster; a pin-only config
-      // for the A/B, B3's op.cmake). Streaming stores (.cs:
+      // (no register shortage at 128 accumulators, and two integer ops fewer per store). kNarrowChunk = 4 (chunks
+      // of two pairs, the pointers kept: 60 bytes of spill) measured faster under sustained load and is B3's pick
+      // at 128x192 (pp_128x192x64_c2x1_e16h, B3's op.cmake); kNarrowChunk = 2 is the pin pp_128x192x64_c2x1_e16. Streaming stores (.cs:
       // evict-first): dz is not read again by this kernel. F % 8 == 0, so columns n and n + 1 are both inside or
       // both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per chunk.
       bool const inside = r + 8 < params->M && c + 8 * (FragmentSize / 4 - 1) < params->N;

@@ -8,6 +8,7 @@
 // "overwrite" (beta = 0) and "accumulate into D" (C = D, beta = 1) without extra memory traffic for the former.
 #pragma once
 
+#include "epilogue/tree_args.hpp"
 #include "gemm/fused_linear.hpp"
 #include "gemm/kernel_api.hpp"
 #include "gemm/one_lane_tma_store.hpp"
@@ -20,6 +21,15 @@
 
 namespace coda::gemm {
 
+namespace lc {
+struct AlphaName;
+struct BetaName;
+/// The two scalars, named apart (both are Sm90ScalarBroadcast<float>; the Named node keeps is_zero(), so beta = 0
+/// still skips the C load).
+using Alpha = epilogue::Named<cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>, AlphaName>;
+using Beta = epilogue::Named<cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>, BetaName>;
+}  // namespace lc
+
 struct LinearCombinationEpilogue {
   using Args = LinearCombinationArgs;
 
@@ -29,19 +39,17 @@ struct LinearCombinationEpilogue {
     using ElementC = ElementD;  // the accumulate source is D itself
     static constexpr auto kRound = Traits::kRound;
 
-    using Scalar = cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>;
     using AlphaTimesAcc = cutlass::epilogue::fusion::Sm90EVT<
-        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Scalar,
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, lc::Alpha,
         cutlass::epilogue::fusion::Sm90AccFetch>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-        cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, Scalar,
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>, lc::Beta,
         cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>, AlphaTimesAcc>;
 
-    /// Arguments mirror the tree: {child 0, child 1, child 2, node}; op_2 is the alpha * acc subtree.
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, Operands const& /*operands*/) {
-      out.op_0.scalars[0] = args.beta;
-      out.op_2.op_0.scalars[0] = args.alpha;
+      epilogue::node_args<lc::Beta, Fusion>(out).scalars[0] = args.beta;
+      epilogue::node_args<lc::Alpha, Fusion>(out).scalars[0] = args.alpha;
     }
   };
 };
@@ -65,13 +73,12 @@ struct ScaleEpilogue {
     using EpilogueDispatchPolicy = DeepStorePolicy<Traits, void, kStagesD>;
 
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>,
-        cutlass::epilogue::fusion::Sm90ScalarBroadcast<float>, cutlass::epilogue::fusion::Sm90AccFetch>;
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, lc::Alpha,
+        cutlass::epilogue::fusion::Sm90AccFetch>;
 
-    /// {op_0 = alpha, op_1 = acc fetch, op_2 = multiply node}
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, Operands const& /*operands*/) {
-      out.op_0.scalars[0] = args.alpha;
+      epilogue::node_args<lc::Alpha, Fusion>(out).scalars[0] = args.alpha;
     }
   };
 };

@@ -560,4 +560,4 @@ def test_old_rms_norm_names_warn_and_forward():
         old = coda.ops.rms_norm_linear(x, gm, w)
     torch.testing.assert_close(old, coda.ops.rmsnorm_linear(x, gm, w), rtol=0, atol=0)
     assert coda.ops.rms_norm_qkv_rope.__name__ == "rms_norm_qkv_rope"
-    assert "rmsnorm_qkv_qk_norm_rope" not in coda.ops.rms_norm_qkv_qk_norm_rope.__name__
+    assert coda.ops.rms_norm_qkv_qk_norm_rope.__wrapped__ is coda.ops.rmsnorm_qkv_qk_norm_rope
