@@ -125,6 +125,11 @@ void check_saved(coda_block_saved const* saved, Arg like, Dims const& s) {
   api::check_activation({&saved->qkv, "saved.qkv"}, like, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
 }
 
+/// The used part of the caller's workspace as a [ceil(bytes / 4)] fp32 view, for the aliasing checks.
+coda_tensor workspace_view(void* workspace, size_t bytes, int device) {
+  return api::view1d(workspace, CODA_FP32, static_cast<int64_t>((bytes + 3) / 4), device);
+}
+
 // ---- forward -----------------------------------------------------------------------------------------------------
 
 struct ForwardPlan {
@@ -217,6 +222,10 @@ CODA_API coda_status coda_block_forward(const coda_block_config* config, const c
     api::check_disjoint({X2, R1, Z1, R2, Q}, {X0});
     ForwardPlan const plan = plan_forward(s, workspace);
     api::require_workspace("coda_block_forward", workspace, workspace_bytes, plan.total);
+    // The workspace holds h, y1 and the ops' scratch: it must not overlap any tensor of the call.
+    coda_tensor const ws_view = workspace_view(workspace, plan.total, y0->device);
+    api::check_disjoint({{plan.total > 0 ? &ws_view : nullptr, "workspace"}},
+                        {Y0, X0, P, IF, X1, R1, Z1, X2, R2, Q, WO, G1, WGU, WD, G2, WQ});
     int const device = api::require_same_device({Y0, X0, P, IF, X1, R1, Z1, X2, R2, Q, WO, G1, WGU, WD, G2, WQ});
     coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Y0});
@@ -300,6 +309,11 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     api::check_disjoint({DQ, Z1}, {Y0, P, IF, X1, R1, X2, R2, Q, DX2, WO, G1, WGU, WD, G2, WQ});
     BackwardPlan const plan = plan_backward(s, workspace);
     api::require_workspace("coda_block_backward", workspace, workspace_bytes, plan.total);
+    // The workspace holds a, y1, zdz1, zdz2 and the ops' scratch: it must not overlap any tensor of the call.
+    coda_tensor const ws_view = workspace_view(workspace, plan.total, y0->device);
+    api::check_disjoint({{plan.total > 0 ? &ws_view : nullptr, "workspace"}},
+                        {Y0, P, IF, X1, R1, Z1, X2, R2, Q, DQ, DX2, DY0, DX0, WO, G1, WGU, WD, G2, WQ, GWO, GG1, GWGU,
+                         GWD, GG2, GWQ});
     int const device = api::require_same_device({Y0, P, IF, X1, R1, Z1, X2, R2, Q, DQ, DX2, DY0, DX0, WO, G1, WGU,
                                                  WD, G2, WQ, GWO, GG1, GWGU, GWD, GG2, GWQ});
     coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch

@@ -155,6 +155,13 @@ TEST(BlockApi, AliasingAndWorkspaceRules) {
   EXPECT_REJECTED(coda_block_forward(&b.config, &b.w, &b.y0, &b.x0, &b.pos, &b.freq, &b.saved, b.fwd_ws,
                                      b.fwd_bytes - 256, nullptr),
                   CODA_ERROR_WORKSPACE, "coda_block_forward");
+  // The workspace (the block's temporaries) over a tensor of the call: refused before anything is written.
+  EXPECT_REJECTED(coda_block_forward(&b.config, &b.w, &b.y0, &b.x0, &b.pos, &b.freq, &b.saved, b.x0.data,
+                                     b.fwd_bytes, nullptr),
+                  CODA_ERROR_ALIASING, "workspace");
+  EXPECT_REJECTED(coda_block_backward(&b.config, &b.w, &b.y0, &b.pos, &b.freq, &b.saved, &b.dqkv, nullptr, &b.dy0,
+                                      &b.dx0, &b.g, b.dx0.data, b.bwd_bytes, nullptr),
+                  CODA_ERROR_ALIASING, "workspace");
   EXPECT_REJECTED(coda_block_backward(&b.config, &b.w, &b.y0, &b.pos, &b.freq, &b.saved, &b.dqkv, nullptr, &b.dy0,
                                       &b.dx0, &b.g, nullptr, b.bwd_bytes, nullptr),
                   CODA_ERROR_WORKSPACE, "coda_block_backward");

@@ -68,11 +68,17 @@ struct QkNormRopeEpilogueT {
         return cute::get<1>(ts.thread);
       }
     };
+    /// The builder's collective, with the node's prepass when kPrepass (named only then: Sm90QkNormRope has none).
+    template <class Built, class N = Node, bool = kPrepass>
+    struct WrapOf {
+      using type = Built;
+    };
+    template <class Built, class N>
+    struct WrapOf<Built, N, true> {
+      using type = epilogue::Sm90PrepassCollective<Built, typename N::template Prepass<NodeStorage>>;
+    };
     template <class Built>
-    using WrapCollective = std::conditional_t<
-        kPrepass, epilogue::Sm90PrepassCollective<Built, typename epilogue::Sm90QkNormRopePrepass<
-                                                             TileShape>::template Prepass<NodeStorage>>,
-        Built>;
+    using WrapCollective = typename WrapOf<Built>::type;
 
     template <class FusionArguments>
     static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
