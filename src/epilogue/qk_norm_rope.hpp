@@ -49,6 +49,33 @@ struct QkNormRopeArguments {
   float eps = 0.0f;  ///< the per-head norm's epsilon
 };
 
+namespace detail {
+
+/// The per-head norm's scale and RoPE on fragment pairs J0 <= j < J1 (element 4j + 2h + e at row r + 8h, column
+/// first_col + 8j + e): out = R(u rh[h] gamma), the pair's angle pos[h] * inv_freq[its column within the head / 2].
+template <int J0, int J1, class In, class Out>
+CUTLASS_DEVICE void norm_rotate_pairs(In const& u, Out& out, float const (&rh)[2], float const (&pos)[2],
+                                      float const* gamma, float const* inv_freq, int first_col, int head_dim) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = J0; j < J1; ++j) {
+    int const col = (first_col + 8 * j) & (head_dim - 1);  // even: the pair's first column within its head
+    float2 const g = __ldg(reinterpret_cast<float2 const*>(gamma + col));
+    float const f = __ldg(inv_freq + col / 2);
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      int const k = 4 * j + 2 * h;
+      float const n0 = static_cast<float>(u[k]) * rh[h] * g.x;
+      float const n1 = static_cast<float>(u[k + 1]) * rh[h] * g.y;
+      float s, co;
+      rope_sincos(pos[h], f, &s, &co);
+      out[k] = __fmaf_rn(n0, co, -n1 * s);
+      out[k + 1] = __fmaf_rn(n1, co, n0 * s);
+    }
+  }
+}
+
+}  // namespace detail
+
 template <class CtaTileShapeMNK>
 struct Sm90QkNormRope : Sm90StoreOnlyNode {
   static_assert(cute::size<1>(CtaTileShapeMNK{}) == 128, "QkNormRope: one 128-wide N tile is one epilogue subtile");
@@ -135,21 +162,10 @@ struct Sm90QkNormRope : Sm90StoreOnlyNode {
           float const sum = whole ? ss[0][h] + ss[1][h] : ss[t][h];
           rh[h] = rsqrtf(fmaf(sum, inv_hd, params->eps));
         }
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 8 * t; j < 8 * t + 8; ++j) {
-          int const col = (8 * j + lane2) & (hd - 1);  // even: the pair's first column within its head
-          float2 const g = __ldg(reinterpret_cast<float2 const*>(gamma + col));
-          float const f = __ldg(params->inv_freq + col / 2);
-          CUTLASS_PRAGMA_UNROLL
-          for (int h = 0; h < 2; ++h) {
-            int const k = 4 * j + 2 * h;
-            float const n0 = static_cast<float>(u[k]) * rh[h] * g.x;
-            float const n1 = static_cast<float>(u[k + 1]) * rh[h] * g.y;
-            float s, co;
-            detail::rope_sincos(pos[h], f, &s, &co);
-            out[k] = __fmaf_rn(n0, co, -n1 * s);
-            out[k + 1] = __fmaf_rn(n1, co, n0 * s);
-          }
+        if (t == 0) {
+          detail::norm_rotate_pairs<0, 8>(u, out, rh, pos, gamma, params->inv_freq, lane2, hd);
+        } else {
+          detail::norm_rotate_pairs<8, 16>(u, out, rh, pos, gamma, params->inv_freq, lane2, hd);
         }
       }
       return out;

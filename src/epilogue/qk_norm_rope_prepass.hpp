@@ -160,22 +160,7 @@ struct Sm90QkNormRopePrepass : Sm90StoreOnlyNode {
         rh[h] = rsqrtf(fmaf(x * x, sum * inv_hd, params->eps));
         pos[h] = static_cast<float>(__ldg(params->positions + min(m, M - 1)));
       }
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < FragmentSize / 4; ++j) {
-        int const col = (c + 8 * j) & (hd - 1);  // even: the pair's first column within its head
-        float2 const g = __ldg(reinterpret_cast<float2 const*>(gamma + col));
-        float const f = __ldg(params->inv_freq + col / 2);
-        CUTLASS_PRAGMA_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          int const k = 4 * j + 2 * h;
-          float const n0 = static_cast<float>(u[k]) * rh[h] * g.x;
-          float const n1 = static_cast<float>(u[k + 1]) * rh[h] * g.y;
-          float s, co;
-          detail::rope_sincos(pos[h], f, &s, &co);
-          out[k] = __fmaf_rn(n0, co, -n1 * s);
-          out[k + 1] = __fmaf_rn(n1, co, n0 * s);
-        }
-      }
+      detail::norm_rotate_pairs<0, FragmentSize / 4>(u, out, rh, pos, gamma, params->inv_freq, c, hd);
       return out;
     }
   };
