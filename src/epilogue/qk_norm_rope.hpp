@@ -76,12 +76,10 @@ CUTLASS_DEVICE void norm_rotate_pairs(In const& u, Out& out, float const (&rh)[2
 
 }  // namespace detail
 
-template <class CtaTileShapeMNK>
-struct Sm90QkNormRope : Sm90StoreOnlyNode {
-  static_assert(cute::size<1>(CtaTileShapeMNK{}) == 128, "QkNormRope: one 128-wide N tile is one epilogue subtile");
-
-  struct SharedStorage {};
-  using Arguments = QkNormRopeArguments;
+/// What both QK-norm nodes share on the host: Params = their Arguments plus M, and the argument rule.
+template <class Args>
+struct QkNormRopeNodeBase : Sm90StoreOnlyNode {
+  using Arguments = Args;
   struct Params : Arguments {
     int M = 0;
   };
@@ -94,11 +92,22 @@ struct Sm90QkNormRope : Sm90StoreOnlyNode {
     return p;
   }
 
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const& args) {
+  static bool valid(QkNormRopeArguments const& args) {
     return args.q_gamma != nullptr && args.k_gamma != nullptr && args.inv_freq != nullptr &&
            args.positions != nullptr && (args.head_dim == 64 || args.head_dim == 128) && args.n_q_heads > 0 &&
            args.n_kv_heads > 0 && args.eps >= 0.0f;
+  }
+};
+
+template <class CtaTileShapeMNK>
+struct Sm90QkNormRope : QkNormRopeNodeBase<QkNormRopeArguments> {
+  static_assert(cute::size<1>(CtaTileShapeMNK{}) == 128, "QkNormRope: one 128-wide N tile is one epilogue subtile");
+
+  struct SharedStorage {};
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return valid(args);
   }
 
   CUTLASS_HOST_DEVICE Sm90QkNormRope() {}

@@ -39,31 +39,17 @@ struct QkNormRopePrepassArguments : QkNormRopeArguments {
 };
 
 template <class CtaTileShapeMNK>
-struct Sm90QkNormRopePrepass : Sm90StoreOnlyNode {
+struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static_assert(cute::size<1>(CtaTileShapeMNK{}) == 128, "QkNormRopePrepass: a 128-wide N tile (whole heads)");
 
   struct SharedStorage {
     alignas(16) float sumsq[2][kTileM][2];  // [consumer warpgroup][tile row][64-column half]
   };
-  using Arguments = QkNormRopePrepassArguments;
-  struct Params : Arguments {
-    int M = 0;
-  };
-
-  template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
-    Params p;
-    static_cast<Arguments&>(p) = args;
-    p.M = static_cast<int>(cute::get<0>(problem_shape));
-    return p;
-  }
 
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return args.q_gamma != nullptr && args.k_gamma != nullptr && args.inv_freq != nullptr &&
-           args.positions != nullptr && args.rstd != nullptr && (args.head_dim == 64 || args.head_dim == 128) &&
-           args.n_q_heads > 0 && args.n_kv_heads > 0 && args.eps >= 0.0f;
+    return valid(args) && args.rstd != nullptr;
   }
 
   CUTLASS_HOST_DEVICE Sm90QkNormRopePrepass() {}
