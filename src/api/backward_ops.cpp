@@ -75,23 +75,10 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
     int const device = api::require_same_device({Q, DQ, P, F, DZ, Z});
     api::require_kernel_device(device, {Q, DQ, P, F, DZ, Z});
     if (M == 0) return;
-    coda::kernels::RopeBwdArgs k;
-    k.dtype = Q.dtype();
-    k.M = M;
-    k.n_q_heads = n_q_heads;
-    k.n_kv_heads = n_kv_heads;
-    k.head_dim = head_dim;
-    k.qkv = qkv->data;
-    k.ld_qkv = Q.stride(0);
-    k.dqkv = dqkv->data;
-    k.ld_dqkv = DQ.stride(0);
-    k.positions = static_cast<int32_t const*>(positions->data);
-    k.inv_freq = static_cast<float const*>(inv_freq->data);
-    k.hidden_size = hidden_size;
-    k.dz = dz_out->data;
-    k.ld_dz = DZ.stride(0);
-    k.zdz = static_cast<float*>(zdz_out->data);
-    coda::kernels::rope_bwd_zdz(k, static_cast<cudaStream_t>(stream));
+    coda::kernels::rope_bwd_zdz(
+        coda::kernels::rope_bwd_args(*qkv, *dqkv, *positions, *inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size,
+                                     *dz_out, static_cast<float*>(zdz_out->data)),
+        static_cast<cudaStream_t>(stream));
   });
 }
 

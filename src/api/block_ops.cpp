@@ -6,8 +6,8 @@
 #include <coda/coda.h>
 
 #include <algorithm>
-#include <initializer_list>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "api/checks.hpp"
@@ -125,9 +125,12 @@ void check_saved(coda_block_saved const* saved, Arg like, Dims const& s) {
   api::check_activation({&saved->qkv, "saved.qkv"}, like, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
 }
 
-/// The used part of the caller's workspace as a [ceil(bytes / 4)] fp32 view, for the aliasing checks.
-coda_tensor workspace_view(void* workspace, size_t bytes, int device) {
-  return api::view1d(workspace, CODA_FP32, static_cast<int64_t>((bytes + 3) / 4), device);
+/// The used part of the caller's workspace (the block's temporaries and the ops' scratch) must not overlap any tensor
+/// of the call: checked as a [ceil(bytes / 4)] fp32 view.
+void require_workspace_disjoint(void* workspace, size_t bytes, int device, std::initializer_list<Arg> tensors) {
+  if (bytes == 0) return;
+  coda_tensor const view = api::view1d(workspace, CODA_FP32, static_cast<int64_t>((bytes + 3) / 4), device);
+  api::check_disjoint({{&view, "workspace"}}, tensors);
 }
 
 // ---- forward -----------------------------------------------------------------------------------------------------
@@ -222,10 +225,8 @@ CODA_API coda_status coda_block_forward(const coda_block_config* config, const c
     api::check_disjoint({X2, R1, Z1, R2, Q}, {X0});
     ForwardPlan const plan = plan_forward(s, workspace);
     api::require_workspace("coda_block_forward", workspace, workspace_bytes, plan.total);
-    // The workspace holds h, y1 and the ops' scratch: it must not overlap any tensor of the call.
-    coda_tensor const ws_view = workspace_view(workspace, plan.total, y0->device);
-    api::check_disjoint({{plan.total > 0 ? &ws_view : nullptr, "workspace"}},
-                        {Y0, X0, P, IF, X1, R1, Z1, X2, R2, Q, WO, G1, WGU, WD, G2, WQ});
+    require_workspace_disjoint(workspace, plan.total, y0->device,
+                               {Y0, X0, P, IF, X1, R1, Z1, X2, R2, Q, WO, G1, WGU, WD, G2, WQ});
     int const device = api::require_same_device({Y0, X0, P, IF, X1, R1, Z1, X2, R2, Q, WO, G1, WGU, WD, G2, WQ});
     coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Y0});
@@ -309,11 +310,9 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     api::check_disjoint({DQ, Z1}, {Y0, P, IF, X1, R1, X2, R2, Q, DX2, WO, G1, WGU, WD, G2, WQ});
     BackwardPlan const plan = plan_backward(s, workspace);
     api::require_workspace("coda_block_backward", workspace, workspace_bytes, plan.total);
-    // The workspace holds a, y1, zdz1, zdz2 and the ops' scratch: it must not overlap any tensor of the call.
-    coda_tensor const ws_view = workspace_view(workspace, plan.total, y0->device);
-    api::check_disjoint({{plan.total > 0 ? &ws_view : nullptr, "workspace"}},
-                        {Y0, P, IF, X1, R1, Z1, X2, R2, Q, DQ, DX2, DY0, DX0, WO, G1, WGU, WD, G2, WQ, GWO, GG1, GWGU,
-                         GWD, GG2, GWQ});
+    require_workspace_disjoint(workspace, plan.total, y0->device,
+                               {Y0, P, IF, X1, R1, Z1, X2, R2, Q, DQ, DX2, DY0, DX0, WO, G1, WGU, WD, G2, WQ, GWO,
+                                GG1, GWGU, GWD, GG2, GWQ});
     int const device = api::require_same_device({Y0, P, IF, X1, R1, Z1, X2, R2, Q, DQ, DX2, DY0, DX0, WO, G1, WGU,
                                                  WD, G2, WQ, GWO, GG1, GWGU, GWD, GG2, GWQ});
     coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
@@ -339,23 +338,10 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     // 1. B1: dz_qkv (over dqkv) and zdz2 = (1/d) <qkv, dqkv>.
     if (s.M > 0) {
       step("B1 (RoPE backward)", [&] {
-        coda::kernels::RopeBwdArgs k;
-        k.dtype = dt;
-        k.M = s.M;
-        k.n_q_heads = config->n_q_heads;
-        k.n_kv_heads = config->n_kv_heads;
-        k.head_dim = config->head_dim;
-        k.qkv = sv.qkv.data;
-        k.ld_qkv = sv.qkv.strides[0];
-        k.dqkv = dqkv->data;
-        k.ld_dqkv = dqkv->strides[0];
-        k.positions = static_cast<int32_t const*>(positions->data);
-        k.inv_freq = static_cast<float const*>(inv_freq->data);
-        k.hidden_size = s.d;
-        k.dz = dqkv->data;
-        k.ld_dz = dqkv->strides[0];
-        k.zdz = plan.zdz2;
-        coda::kernels::rope_bwd_zdz(k, st);
+        coda::kernels::rope_bwd_zdz(coda::kernels::rope_bwd_args(sv.qkv, *dqkv, *positions, *inv_freq,
+                                                                 config->n_q_heads, config->n_kv_heads,
+                                                                 config->head_dim, s.d, *dqkv, plan.zdz2),
+                                    st);
       });
       // 2. B2 with W_qkv: dx2 (into dx0) = dx2_in + RMSNorm-2 backward of dz_qkv W_qkv; a2; dgamma2.
       step("B2 (q/k/v dgrad + RMSNorm 2 backward)", [&] {

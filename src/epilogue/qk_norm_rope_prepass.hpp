@@ -10,9 +10,10 @@
 //
 // Prepass: each thread sums the squares of its accumulators per (row, 64-column half of the 128-wide N tile) (its
 // rows are r + 8 h + 64 mm of the MMA layout: 2 per 64-row block), the quad's xor-shuffles complete the rows, and
-// lane 0 of the quad writes the sums to shared memory, [consumer warpgroup][tile row][half]; a __syncwarp later the
-// quad's lanes read them back in visit() (a row is only ever read by the warp that wrote it). head_dim 128 adds the
-// two halves. rstd (the input norm's row scale) multiplies in visit, not in the prepass: S is of acc, not u.
+// lane 0 of the quad writes the sums to shared memory, [tile row][half]; a __syncwarp later the quad's lanes read
+// them back in visit() (a row is only ever read by the warp that wrote it). One buffer serves both consumer
+// warpgroups: the pingpong kernel runs their store() calls one after the other (its math order barrier), and a
+// warpgroup's prepass writes only after the other's last read. head_dim 128 adds the two halves. rstd (the input norm's row scale) multiplies in visit, not in the prepass: S is of acc, not u.
 //
 // Requirements: pingpong (128 epilogue threads per warpgroup, two consumer warpgroups), a 128-wide N tile, a
 // subtile of at most 64 columns; head_dim 64 or 128. Host reference: coda::ref::linear_rowscale_qk_norm_rope.
@@ -44,7 +45,7 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
   static_assert(cute::size<1>(CtaTileShapeMNK{}) == 128, "QkNormRopePrepass: a 128-wide N tile (whole heads)");
 
   struct SharedStorage {
-    alignas(16) float sumsq[2][kTileM][2];  // [consumer warpgroup][tile row][64-column half]
+    alignas(16) float sumsq[kTileM][2];  // [tile row][64-column half]
   };
 
   template <class ProblemShape>
@@ -58,9 +59,6 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
 
   Params const* params_ptr = nullptr;
   SharedStorage const* smem_ptr = nullptr;
-
-  /// This consumer warpgroup's slot of SharedStorage (pingpong: warpgroups 1 and 2; 0 is the producer).
-  static CUTLASS_DEVICE int consumer_slot() { return (cutlass::canonical_warp_group_idx() - 1) & 1; }
 
   /// The pass over the accumulators (Sm90PrepassCollective); StorageOf::get(tensor_storage) is this node's
   /// SharedStorage in the collective's TensorStorage.
@@ -88,7 +86,6 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
       Tensor const cAcc = tiled_mma.get_thread_slice(thread_idx)
                               .partition_C(make_identity_tensor(make_shape(Int<kTileM>{}, Int<128>{})));
       auto& smem = StorageOf::get(ts);
-      int const slot = consumer_slot();
       bool const writer = (thread_idx & 3) == 0;
       CUTLASS_PRAGMA_UNROLL
       for (int mm = 0; mm < kMM; ++mm) {
@@ -100,7 +97,7 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
             float t = s[mm][h][half];
             t += __shfl_xor_sync(0xffffffffu, t, 1);
             t += __shfl_xor_sync(0xffffffffu, t, 2);
-            if (writer) smem.sumsq[slot][row][half] = t;
+            if (writer) smem.sumsq[row][half] = t;
           }
         }
       }
@@ -134,13 +131,13 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
       }
       float const* const gamma = head < params->n_q_heads ? params->q_gamma : params->k_gamma;
       int const M = params->M;
-      int const slot = consumer_slot(), half = (c & 127) >> 6;
+      int const half = (c & 127) >> 6;
       float const inv_hd = hd == 128 ? 1.0f / 128.0f : 1.0f / 64.0f;
       float rh[2], pos[2];
       CUTLASS_PRAGMA_UNROLL
       for (int h = 0; h < 2; ++h) {
         int const m = r + 8 * h;
-        float const* const sums = smem->sumsq[slot][m % kTileM];
+        float const* const sums = smem->sumsq[m % kTileM];
         float const sum = hd == 128 ? sums[0] + sums[1] : sums[half];
         float const x = __ldg(params->rstd + min(m, M - 1));
         rh[h] = rsqrtf(fmaf(x * x, sum * inv_hd, params->eps));

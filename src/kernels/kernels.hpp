@@ -170,6 +170,29 @@ struct RopeBwdArgs {
   int64_t ld_dz = 0;
   float* zdz = nullptr;          ///< [M]
 };
+/// RopeBwdArgs of validated row-major [M, W] qkv, dqkv and dz (their dtype, M and row strides are qkv's and
+/// theirs), positions [M] int32, inv_freq fp32 and zdz [M] fp32.
+inline RopeBwdArgs rope_bwd_args(coda_tensor const& qkv, coda_tensor const& dqkv, coda_tensor const& positions,
+                                 coda_tensor const& inv_freq, int32_t n_q_heads, int32_t n_kv_heads,
+                                 int32_t head_dim, int64_t hidden_size, coda_tensor const& dz, float* zdz) {
+  RopeBwdArgs k;
+  k.dtype = qkv.dtype;
+  k.M = qkv.sizes[0];
+  k.n_q_heads = n_q_heads;
+  k.n_kv_heads = n_kv_heads;
+  k.head_dim = head_dim;
+  k.qkv = qkv.data;
+  k.ld_qkv = qkv.strides[0];
+  k.dqkv = dqkv.data;
+  k.ld_dqkv = dqkv.strides[0];
+  k.positions = static_cast<int32_t const*>(positions.data);
+  k.inv_freq = static_cast<float const*>(inv_freq.data);
+  k.hidden_size = hidden_size;
+  k.dz = dz.data;
+  k.ld_dz = dz.strides[0];
+  k.zdz = zdz;
+  return k;
+}
 /// B1 (coda_rope_bwd_zdz): dz = R(-theta) dqkv per q/k pair (2i, 2i+1) of each head, v passes through;
 /// zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j]. Angles pos * inv_freq and their sin/cos in double.
 void rope_bwd_zdz(RopeBwdArgs const& args, cudaStream_t stream);
