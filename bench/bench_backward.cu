@@ -1,18 +1,20 @@
 // bench_backward: CODA's fused backward ops against the bare cuBLAS dgrad GEMM and an unfused pipeline, and the
 // memory of the LM head + cross-entropy forward with and without stored logits (docs/PROTOCOL.md).
 //
-// Ops (bf16), each at its own GEMM shape of llama3-1B/8B/70B (kModels), M = --tokens rows (16384 by default):
-//   b2      coda_linear_residual_rmsnorm_bwd (MATH.md B2): the dgrad D = alpha dz w of a linear whose input was
-//           a = rstd * x * gamma, with the RMSNorm backward in its epilogue; dx accumulated in place into the
-//           residual gradient (dx_out aliases dx_in, as the block backward runs it). At the three places of a
-//           LLaMA block:  b2_qkv     dz [M,(hq+2hkv)hd], w [(hq+2hkv)hd, d]
-//                         b2_gate_up dz [M,2F],          w [2F, d]
-//                         b2_lm_head dz [M,V],           w [V, d], alpha = 1/M   (V = 128256)
+// Ops (bf16), each at its own GEMM shape of llama3-1B/8B/70B (kModels), M = --tokens rows (16384 by default); the
+// --ops names are the op names (and lm_head), a shape's `op` label adds `@gemm` where one op runs at several GEMMs:
+//   linear_residual_rmsnorm_bwd (coda_linear_residual_rmsnorm_bwd, docs/MATH.md): the dgrad D = alpha dz w of a
+//           linear whose input was a = rstd * x * gamma, with the RMSNorm backward in its epilogue; dx accumulated in
+//           place into the residual gradient (dx_out aliases dx_in, as the block backward runs it). At the three
+//           places of a LLaMA block:
+//             linear_residual_rmsnorm_bwd@qkv     dz [M,(hq+2hkv)hd], w [(hq+2hkv)hd, d]
+//             linear_residual_rmsnorm_bwd@gate_up dz [M,2F],          w [2F, d]
+//             linear_residual_rmsnorm_bwd@lm_head dz [M,V],           w [V, d], alpha = 1/M   (V = 128256)
 //           Other inputs: x [M,d], gamma [d], rstd [M] fp32 in [0.5,1.5], zdz [M] fp32 in [-0.01,0.01]. JSON M,N,K
 //           = M, d, N' (the GEMM D[M,d] = dz[M,N'] w[N',d]).
-//   b3      coda_linear_swiglu_bwd_zdz (MATH.md B3) at the down projection: dy = dx w_down fused with the SwiGLU
-//           backward: dx [M,d], w_down [d,F], z [M,2F] (interleaved gate/up) -> dz [M,2F], y [M,F], zdz [M] fp32.
-//           JSON M,N,K = M, F, d. Any failed CODA status exits.
+//   linear_swiglu_bwd_zdz (coda_linear_swiglu_bwd_zdz, docs/MATH.md) at the down projection: dy = dx w_down fused
+//           with the SwiGLU backward: dx [M,d], w_down [d,F], z [M,2F] (interleaved gate/up) -> dz [M,2F], y [M,F],
+//           zdz [M] fp32. JSON M,N,K = M, F, d. Any failed CODA status exits.
 //   lm_head the LM head + cross-entropy FORWARD (M = 8192 tokens unless --tokens is given, V = 128256, K = d, mean
 //           loss, coda_ce_options_default()): peak device memory and time. JSON pass "fwd", M,N,K = M, V, d.
 //
@@ -22,20 +24,21 @@
 // variants of a shape timed interleaved launch by launch (cublas, coda, unfused, cublas, ...). The first CODA call
 // of a shape (it may select or tune a kernel) runs alone before, its host time reported as tune_ms.
 //
-// Variants of b2 and b3 (all write to preallocated outputs; nothing is allocated inside a timed launch):
+// Variants of linear_residual_rmsnorm_bwd and linear_swiglu_bwd_zdz (all write to preallocated outputs; nothing is
+// allocated inside a timed launch):
 //   cublas  : cublasGemmEx of the dgrad alone (bf16 in/out, fp32 compute, default algo), D[M,N] = alpha dz[M,K]
 //             w[K,N] with both operands row-major as stored (cublas_dgrad). The speed-of-light bar.
 //   coda    : the public C ABI call, with workspace from its *_workspace_size function; host validation included.
 //   unfused : cuBLAS + simple vectorized kernels of this file, as an unfused framework runs it:
-//             b2: cublas_dgrad -> bf16 temp D[M,N] (alpha in the GEMM); rmsnorm_bwd_kernel (16-byte accesses,
-//                 every row handled by a whole block, kRowsPerBlock consecutive rows per block): c = x rstd,
-//                 dx = dx_in + rstd (D gamma - alpha zdz c) in place, a = bf16(c gamma), and the block's column sums
-//                 of D c into fp32 partials [ceil(M/kRowsPerBlock), N]; then colsum_kernel adds the partials over
-//                 the row blocks in a fixed order into dgamma [N] fp32 (deterministic). Form
-//                 "gemm+rmsnorm_bwd+colsum".
-//             b3: cublas_dgrad -> bf16 temp dy[M,F]; swiglu_bwd_kernel, one block per row, 16-byte accesses, fp32
-//                 math: dz, y and zdz[m] = (1/d) sum_i (g dz[2i] + u dz[2i+1]) (from the fp32 dz, before rounding).
-//                 Form "gemm+swiglu_bwd_zdz".
+//             linear_residual_rmsnorm_bwd: cublas_dgrad -> bf16 temp D[M,N] (alpha in the GEMM);
+//                 rmsnorm_bwd_kernel (16-byte accesses, every row handled by a whole block, kRowsPerBlock
+//                 consecutive rows per block): c = x rstd, dx = dx_in + rstd (D gamma - alpha zdz c) in place,
+//                 a = bf16(c gamma), and the block's column sums of D c into fp32 partials [ceil(M/kRowsPerBlock), N];
+//                 then colsum_kernel adds the partials over the row blocks in a fixed order into dgamma [N] fp32
+//                 (deterministic). Form "gemm+rmsnorm_bwd+colsum".
+//             linear_swiglu_bwd_zdz: cublas_dgrad -> bf16 temp dy[M,F]; swiglu_bwd_kernel, one block per row,
+//                 16-byte accesses, fp32 math: dz, y and zdz[m] = (1/d) sum_i (g dz[2i] + u dz[2i+1]) (from the
+//                 fp32 dz, before rounding). Form "gemm+swiglu_bwd_zdz".
 // TFLOP/s of every variant is 2MNK / time (the GEMM's flops only); peak_gib is the sum of the variant's buffers
 // (one input set).
 //
@@ -106,24 +109,27 @@ constexpr int64_t kLmHeadTokens = 8192;  // lm_head rows unless --tokens is give
 
 // ---- shapes ------------------------------------------------------------------------------------------------------
 
-enum class Kind { kB2, kB3, kLmHead };
+enum class Kind { kResidualRmsnormBwd, kSwigluBwd, kLmHead };
 
 struct Shape {
   std::string config;  // model name (PROTOCOL.md)
-  std::string op;      // b2_qkv, b2_gate_up, b2_lm_head, b3_down, lm_head
-  std::string key;     // b2, b3, lm_head (the --ops name)
+  std::string op;      // linear_residual_rmsnorm_bwd@qkv, @gate_up, @lm_head, linear_swiglu_bwd_zdz, lm_head
+  std::string key;     // linear_residual_rmsnorm_bwd, linear_swiglu_bwd_zdz, lm_head (the --ops name)
   std::string fused;   // C ABI function name
-  Kind kind = Kind::kB2;
-  int64_t M = 0, N = 0, K = 0;  // b2: M, d, N'; b3: M, F, d; lm_head: M, V, d
-  float alpha = 1.0f;           // b2 only
+  Kind kind = Kind::kResidualRmsnormBwd;
+  int64_t M = 0, N = 0, K = 0;  // linear_residual_rmsnorm_bwd: M, d, N'; swiglu: M, F, d; lm_head: M, V, d
+  float alpha = 1.0f;           // linear_residual_rmsnorm_bwd only
 };
+
+// The --ops names: the backward fused ops timed here and the LM head's forward memory.
+std::set<std::string> const kOps{"linear_residual_rmsnorm_bwd", "linear_swiglu_bwd_zdz", "lm_head"};
 
 struct Options : coda_bench::CommonOptions {
   std::set<std::string> models{"1B", "8B", "70B"};
   std::vector<int64_t> tokens{16384};
   bool tokens_given = false;  // lm_head runs at kLmHeadTokens unless --tokens is given
-  std::set<std::string> ops{"b2", "b3", "lm_head"};
-  bool sweep = false;  // b2/b3: also time the compiled config x raster/swizzle knobs (CODA_OP_CONFIG pins)
+  std::set<std::string> ops = kOps;
+  bool sweep = false;  // the fused ops: also time the compiled config x raster/swizzle knobs (CODA_OP_CONFIG pins)
 };
 
 void usage() {
@@ -131,10 +137,11 @@ void usage() {
       "usage: bench_backward [options]\n"
       "  --quick                 llama3-1B shapes only\n"
       "  --models 1B,8B,70B      models of the LLaMA shape set (default all)\n"
-      "  --tokens 16384[,...]    token counts M (default 16384 for b2/b3, 8192 for lm_head)\n"
-      "  --ops b2,b3,lm_head     b2 linear_residual_rmsnorm_bwd (qkv, gate_up, lm_head), b3 linear_swiglu_bwd_zdz\n"
-      "                          (down), lm_head linear_cross_entropy vs materialized logits (forward memory)\n"
-      "  --sweep                 b2, b3: also time the config x raster/swizzle knobs (CODA_OP_CONFIG pins)\n"
+      "  --tokens 16384[,...]    token counts M (default 16384 for the fused ops, 8192 for lm_head)\n"
+      "  --ops OP[,OP...]        (default all) linear_residual_rmsnorm_bwd (qkv, gate_up, lm_head),\n"
+      "                          linear_swiglu_bwd_zdz (down), lm_head linear_cross_entropy vs materialized logits\n"
+      "                          (forward memory)\n"
+      "  --sweep                 the fused ops: also time the config x raster/swizzle knobs (CODA_OP_CONFIG pins)\n"
       "  --reps N (>=20 per PROTOCOL.md, default 20)  --warmup N (default 3)  --no-flush\n"
       "  --out FILE.jsonl [--append]  --commit SHA  --device N  --list (print the shapes and exit)\n");
 }
@@ -167,11 +174,10 @@ Options parse(int argc, char** argv) {
     } else if (a == "--ops") {
       o.ops.clear();
       for (std::string x : split(need(i), ',')) {
-        if (x == "B2" || x == "linear_residual_rmsnorm_bwd") x = "b2";
-        if (x == "B3" || x == "linear_swiglu_bwd_zdz") x = "b3";
         if (x == "head" || x == "linear_cross_entropy") x = "lm_head";
-        if (x != "b2" && x != "b3" && x != "lm_head") {
-          std::fprintf(stderr, "unknown op %s (b2, b3, lm_head)\n", x.c_str());
+        if (kOps.count(x) == 0) {
+          std::fprintf(stderr, "unknown op %s (linear_residual_rmsnorm_bwd, linear_swiglu_bwd_zdz, lm_head)\n",
+                       x.c_str());
           std::exit(2);
         }
         o.ops.insert(x);
@@ -203,21 +209,24 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-/// The b2/b3 shapes of every selected model first, then the lm_head shapes (their own table).
+/// The fused ops' shapes of every selected model first, then the lm_head shapes (their own table).
 std::vector<Shape> shape_set(Options const& o) {
   std::vector<Shape> bwd, head;
   std::vector<int64_t> const head_tokens = o.tokens_given ? o.tokens : std::vector<int64_t>{kLmHeadTokens};
   for (Model const& m : kModels) {
     if (o.models.count(m.short_name) == 0 && o.models.count(m.name) == 0) continue;
     for (int64_t t : o.tokens) {
-      if (o.ops.count("b2") != 0) {
+      if (o.ops.count("linear_residual_rmsnorm_bwd") != 0) {
         char const* f = "linear_residual_rmsnorm_bwd";
-        bwd.push_back({m.name, "b2_qkv", "b2", f, Kind::kB2, t, m.d, (m.hq + 2 * m.hkv) * m.hd});
-        bwd.push_back({m.name, "b2_gate_up", "b2", f, Kind::kB2, t, m.d, 2 * m.F});
-        bwd.push_back({m.name, "b2_lm_head", "b2", f, Kind::kB2, t, m.d, m.V, 1.0f / static_cast<float>(t)});
+        Kind const k = Kind::kResidualRmsnormBwd;
+        bwd.push_back({m.name, "linear_residual_rmsnorm_bwd@qkv", f, f, k, t, m.d, (m.hq + 2 * m.hkv) * m.hd});
+        bwd.push_back({m.name, "linear_residual_rmsnorm_bwd@gate_up", f, f, k, t, m.d, 2 * m.F});
+        bwd.push_back({m.name, "linear_residual_rmsnorm_bwd@lm_head", f, f, k, t, m.d, m.V,
+                       1.0f / static_cast<float>(t)});
       }
-      if (o.ops.count("b3") != 0) {
-        bwd.push_back({m.name, "b3_down", "b3", "linear_swiglu_bwd_zdz", Kind::kB3, t, m.F, m.d});
+      if (o.ops.count("linear_swiglu_bwd_zdz") != 0) {
+        char const* f = "linear_swiglu_bwd_zdz";
+        bwd.push_back({m.name, f, f, f, Kind::kSwigluBwd, t, m.F, m.d});
       }
     }
     if (o.ops.count("lm_head") != 0) {
@@ -236,7 +245,8 @@ constexpr int kRowThreads = 256;
 constexpr int kRowsPerBlock = 32;  // rows of one rmsnorm_bwd_kernel block (one dgamma partial row per block)
 constexpr int kColWarps = 8;       // warps of one colsum_kernel block
 
-/// B2 unfused epilogue over packed [rows, n] bf16 matrices (n a multiple of 8, at most 8 * kRowThreads * kVecs).
+/// linear_residual_rmsnorm_bwd's unfused epilogue over packed [rows, n] bf16 matrices (n a multiple of 8, at most
+/// 8 * kRowThreads * kVecs).
 /// Block b handles rows [b kRowsPerBlock, (b+1) kRowsPerBlock) one after the other, the whole block on one row,
 /// each thread on the same 8-column groups of every row (16-byte accesses); with c = x * rstd (fp32):
 ///   dx = dx + rstd * (D * gamma - alpha * zdz * c)   (in place: dx is dx_in and dx_out),  a = bf16(c * gamma),
@@ -328,11 +338,11 @@ __global__ void __launch_bounds__(32 * kColWarps) colsum_kernel(float const* __r
   }
 }
 
-/// B3 unfused epilogue, one block per row of packed dy [rows, F], z and dz [rows, 2F] (interleaved), y [rows, F]
-/// (F a multiple of 8): 8 dy and 16 z values in, 16 dz and 8 y values out per step (16-byte accesses). Per pair
-/// (g, u) = (z[2i], z[2i+1]), s = sigmoid(g) in fp32: dz[2i] = dy u s (1 + g (1 - s)), dz[2i+1] = dy silu(g),
-/// y = silu(g) u, and zdz[m] = inv_d * sum_i (g dz[2i] + u dz[2i+1]) from the fp32 dz (per thread, then warp
-/// shuffles, then warps in order: fixed).
+/// linear_swiglu_bwd_zdz's unfused epilogue, one block per row of packed dy [rows, F], z and dz [rows, 2F]
+/// (interleaved), y [rows, F] (F a multiple of 8): 8 dy and 16 z values in, 16 dz and 8 y values out per step
+/// (16-byte accesses). Per pair (g, u) = (z[2i], z[2i+1]), s = sigmoid(g) in fp32: dz[2i] = dy u s (1 + g (1 - s)),
+/// dz[2i+1] = dy silu(g), y = silu(g) u, and zdz[m] = inv_d * sum_i (g dz[2i] + u dz[2i+1]) from the fp32 dz (per
+/// thread, then warp shuffles, then warps in order: fixed).
 __global__ void __launch_bounds__(kRowThreads) swiglu_bwd_kernel(__nv_bfloat16 const* __restrict__ dy,
                                                                   __nv_bfloat16 const* __restrict__ z, int64_t F,
                                                                   float inv_d, __nv_bfloat16* __restrict__ dz,
@@ -456,7 +466,7 @@ struct Run {
   std::string gpu, commit, date;
   size_t l2 = 0;
   int dev = 0;
-  std::map<std::string, Geo> vs_cublas, vs_unfused, mem_ratio;  // per op key (b2, b3, lm_head)
+  std::map<std::string, Geo> vs_cublas, vs_unfused, mem_ratio;  // per --ops name (Shape::key)
 };
 
 /// Input sets to rotate through: enough that they do not all fit in twice the L2 (at most 4).
@@ -506,7 +516,7 @@ void sweep_bwd(Run& r, Shape const& s, int sets, std::vector<std::string> const&
   coda_bench::report_sweep(r.jsonl, "backward_sweep", s.op, s.config, s.M, s.N, s.K, pts, r.commit, r.gpu, r.date);
 }
 
-/// Reports the three timed variants (cublas, coda, unfused) of a b2/b3 shape: JSON lines, table row, summary.
+/// Reports the three timed variants (cublas, coda, unfused) of a fused op's shape: JSON lines, table row, summary.
 void report_bwd(Run& r, Shape const& s, std::vector<Timing> const& t, std::vector<size_t> const& peaks,
                 std::string const& unfused_form, double tune_ms, int sets, std::string const& extra) {
   std::vector<std::string> const names{"cublas", "coda", "unfused"};
@@ -518,7 +528,7 @@ void report_bwd(Run& r, Shape const& s, std::vector<Timing> const& t, std::vecto
   }
   r.vs_cublas[s.key].add(ms_coda / ms_cublas);
   r.vs_unfused[s.key].add(ms_unfused / ms_coda);
-  std::printf("%-11s %-11s %7lld %7lld %7lld | %9.4f %9.4f %9.4f | %9.3f %9.3f | %s\n", s.config.c_str(),
+  std::printf("%-11s %-35s %7lld %7lld %7lld | %9.4f %9.4f %9.4f | %9.3f %9.3f | %s\n", s.config.c_str(),
               s.op.c_str(), static_cast<long long>(s.M), static_cast<long long>(s.N), static_cast<long long>(s.K),
               ms_cublas, ms_coda, ms_unfused, ms_coda / ms_cublas, ms_unfused / ms_coda, unfused_form.c_str());
   std::fflush(stdout);
@@ -533,9 +543,9 @@ void* add_buffer(BufferList& list, size_t bytes) {
 
 void* at(BufferList const& v, int set) { return v[static_cast<size_t>(set)]->ptr; }
 
-// ---- b2: linear_residual_rmsnorm_bwd -----------------------------------------------------------------------------
+// ---- linear_residual_rmsnorm_bwd ---------------------------------------------------------------------------------
 
-void bench_b2(Run& r, Shape const& s) {
+void bench_residual_rmsnorm_bwd(Run& r, Shape const& s) {
   int const dev = r.dev;
   size_t const Mr = static_cast<size_t>(s.M), Nr = static_cast<size_t>(s.N), Kr = static_cast<size_t>(s.K);
   size_t const MK = Mr * Kr, KN = Kr * Nr, MN = Mr * Nr;
@@ -595,9 +605,9 @@ void bench_b2(Run& r, Shape const& s) {
   sweep_bwd(r, s, sets, coda_bench::fused_configs("coda_linear_residual_rmsnorm_bwd"), run_cublas, run_coda);
 }
 
-// ---- b3: linear_swiglu_bwd_zdz -----------------------------------------------------------------------------------
+// ---- linear_swiglu_bwd_zdz ---------------------------------------------------------------------------------------
 
-void bench_b3(Run& r, Shape const& s) {
+void bench_swiglu_bwd(Run& r, Shape const& s) {
   int const dev = r.dev;
   int64_t const F = s.N, d = s.K;
   size_t const Mr = static_cast<size_t>(s.M), Fr = static_cast<size_t>(F), dr = static_cast<size_t>(d);
@@ -793,7 +803,7 @@ int main(int argc, char** argv) {
   std::vector<Shape> const shapes = shape_set(opt);
   if (opt.list_only) {
     for (Shape const& s : shapes) {
-      std::printf("%-11s %-11s %-28s %s M=%-7lld N=%-7lld K=%-7lld bf16\n", s.config.c_str(), s.op.c_str(),
+      std::printf("%-11s %-35s %-28s %s M=%-7lld N=%-7lld K=%-7lld bf16\n", s.config.c_str(), s.op.c_str(),
                   s.fused.c_str(), s.kind == Kind::kLmHead ? "fwd" : "bwd", static_cast<long long>(s.M),
                   static_cast<long long>(s.N), static_cast<long long>(s.K));
     }
@@ -838,7 +848,7 @@ int main(int argc, char** argv) {
   for (Shape const& s : shapes) {
     if (s.kind != Kind::kLmHead && !bwd_header) {
       bwd_header = true;
-      std::printf("%-11s %-11s %7s %7s %7s | %9s %9s %9s | %9s %9s | %s\n", "config", "op", "M", "N", "K",
+      std::printf("%-11s %-35s %7s %7s %7s | %9s %9s %9s | %9s %9s | %s\n", "config", "op", "M", "N", "K",
                   "cuBLAS ms", "CODA ms", "unfus ms", "coda/cub", "unf/coda", "unfused form");
     }
     if (s.kind == Kind::kLmHead && !head_header) {
@@ -850,28 +860,25 @@ int main(int argc, char** argv) {
                   "mem m/c");
     }
     switch (s.kind) {
-      case Kind::kB2: bench_b2(r, s); break;
-      case Kind::kB3: bench_b3(r, s); break;
+      case Kind::kResidualRmsnormBwd: bench_residual_rmsnorm_bwd(r, s); break;
+      case Kind::kSwigluBwd: bench_swiglu_bwd(r, s); break;
       case Kind::kLmHead: bench_lm_head(r, s); break;
     }
   }
 
   std::printf("\n");
-  std::map<std::string, char const*> const op_names{{"b2", "linear_residual_rmsnorm_bwd"},
-                                                    {"b3", "linear_swiglu_bwd_zdz"},
-                                                    {"lm_head", "linear_cross_entropy"}};
   for (auto const& [key, g] : r.vs_cublas) {
     Geo const& u = r.vs_unfused[key];
     if (key == "lm_head") {
       Geo const& m = r.mem_ratio[key];
-      std::printf("lm_head (%s, forward) over %d shapes: CODA/cuBLAS-GEMM time geometric mean %.3f (min %.3f, max "
-                  "%.3f); materialized/CODA time geometric mean %.3f (min %.3f, max %.3f); materialized/CODA "
-                  "measured peak memory geometric mean %.3f (min %.3f, max %.3f)\n",
-                  op_names.at(key), g.n, g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi, m.mean(), m.lo, m.hi);
+      std::printf("lm_head (linear_cross_entropy, forward) over %d shapes: CODA/cuBLAS-GEMM time geometric mean %.3f "
+                  "(min %.3f, max %.3f); materialized/CODA time geometric mean %.3f (min %.3f, max %.3f); "
+                  "materialized/CODA measured peak memory geometric mean %.3f (min %.3f, max %.3f)\n",
+                  g.n, g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi, m.mean(), m.lo, m.hi);
     } else {
-      std::printf("%s (%s) over %d shapes: CODA/cuBLAS-dgrad time geometric mean %.3f (min %.3f, max %.3f; 1.0 = "
+      std::printf("%s over %d shapes: CODA/cuBLAS-dgrad time geometric mean %.3f (min %.3f, max %.3f; 1.0 = "
                   "epilogue for free); unfused/CODA speedup geometric mean %.3f (min %.3f, max %.3f)\n",
-                  key.c_str(), op_names.at(key), g.n, g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi);
+                  key.c_str(), g.n, g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi);
     }
   }
   std::printf("wall time %.1f s\n",

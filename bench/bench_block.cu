@@ -7,7 +7,8 @@
 //   coda fwd     : coda_block_forward (4 fused GEMMs + 2 rstd reduces + the RoPE frequency expansion).
 //   cublas f+b   : the 4 forward GEMMs, then the backward's 4 dgrad GEMMs (q/k/v, down, gate/up, out-proj; bf16
 //                  out) and 4 wgrad GEMMs (fp32 out, as CODA's grads here).
-//   coda f+b     : coda_block_forward then coda_block_backward (B1, 3 fused dgrads, 5 plain GEMMs, 2 tiny reduces).
+//   coda f+b     : coda_block_forward then coda_block_backward (rope_bwd_zdz, 3 fused dgrads, 5 plain GEMMs, 2 tiny
+//                  reduces).
 // Backward = (f+b) - fwd, reported as such (the backward overwrites z1 and dqkv, so it is timed after a forward).
 // Also reported: the activations CODA does not keep (h1, h2, y1, pre-RoPE q/k/v: M (2d + F + W) x 2 bytes).
 #include <coda/block.h>

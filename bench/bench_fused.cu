@@ -1,10 +1,10 @@
 // bench_fused: CODA's forward fused ops against the bare cuBLAS GEMM and an unfused pipeline (docs/PROTOCOL.md).
 //
 // Ops (bf16), each at its own GEMM shape of llama3-1B/8B/70B, M = --tokens rows (16384 by default):
-// F1 coda_linear_residual_rmsnorm at the out- and down-projection, F3 coda_linear_rowscale_swiglu at gate/up,
-// F4 coda_linear_rowscale_rope at q/k/v, F5 coda_linear_rowscale_lse at the LM head (V = 128256, logits not
-// stored, int32 targets); and F2 coda_linear_rowscale (the bare deferred row scale) at gate/up and
-// q/k/v for comparison.
+// coda_linear_residual_rmsnorm at the out- and down-projection, coda_linear_rowscale_swiglu at gate/up,
+// coda_linear_rowscale_rope at q/k/v, coda_linear_rowscale_lse at the LM head (V = 128256, logits not stored, int32
+// targets); and coda_linear_rowscale (the bare deferred row scale) at gate/up and q/k/v for comparison. A shape's
+// `op` label is the op's name, with `@gemm` where one op runs at several GEMMs (linear_residual_rmsnorm@out).
 //
 // Method, as bench_gemm: CUDA events around each launch, --warmup launches of every variant first, an L2 flush (a
 // memset of 2x the L2 size) before every timed launch, the median of --reps (>= 20), input sets rotated when one
@@ -17,19 +17,20 @@
 //   coda    : the public C ABI call (coda_linear_residual_rmsnorm incl. its coda_rmsnorm_rstd finishing reduce, or
 //             coda_linear_rowscale), with workspace from the *_workspace_size function; host validation included.
 //   unfused : cuBLAS + simple vectorized kernels of this file, as an unfused framework runs it:
-//             F1: cublasGemmEx -> bf16 temp T[M,N]; then residual_rmsnorm_kernel, one block per row, one pass with
-//                 16-byte loads: x = bf16(T + residual), h = bf16(x * gamma), rstd = 1/sqrt(mean(x^2) + eps).
-//             F2: whichever row scale touches fewer bytes (rows x min(K, N)): K <= N (every LLaMA shape here):
-//                 "prescale" = rowscale_kernel h -> bf16 temp hs = bf16(rstd * h) [M,K], then cublasGemmEx hs W^T
-//                 (what RMSNorm-then-linear costs unfused); K > N: "postscale" = cublasGemmEx -> bf16 temp [M,N],
-//                 then rowscale_kernel -> y.
-//             F3: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> z [M,2F], swiglu_kernel z -> y [M,F] (16-byte
-//                 accesses, silu in fp32).
-//             F4: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> qkv, rope_kernel in place on the q/k columns
-//                 (fp32 angles pos * inv_freq and sincosf, as HF computes its cos/sin tables, but without
-//                 materializing the tables).
-//             F5: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> logits [M,V] bf16, lse_kernel (one block per
-//                 row, one pass, 16-byte loads: online max / sum-exp in fp32, target logit).
+//             linear_residual_rmsnorm: cublasGemmEx -> bf16 temp T[M,N]; then residual_rmsnorm_kernel, one block
+//                 per row, one pass with 16-byte loads: x = bf16(T + residual), h = bf16(x * gamma),
+//                 rstd = 1/sqrt(mean(x^2) + eps).
+//             linear_rowscale: whichever row scale touches fewer bytes (rows x min(K, N)): K <= N (every LLaMA
+//                 shape here): "prescale" = rowscale_kernel h -> bf16 temp hs = bf16(rstd * h) [M,K], then
+//                 cublasGemmEx hs W^T (what RMSNorm-then-linear costs unfused); K > N: "postscale" = cublasGemmEx
+//                 -> bf16 temp [M,N], then rowscale_kernel -> y.
+//             linear_rowscale_swiglu: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> z [M,2F], swiglu_kernel
+//                 z -> y [M,F] (16-byte accesses, silu in fp32).
+//             linear_rowscale_rope: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> qkv, rope_kernel in place on the
+//                 q/k columns (fp32 angles pos * inv_freq and sincosf, as HF computes its cos/sin tables, but
+//                 without materializing the tables).
+//             linear_rowscale_lse: rowscale_kernel h -> hs, cublasGemmEx hs W^T -> logits [M,V] bf16, lse_kernel
+//                 (one block per row, one pass, 16-byte loads: online max / sum-exp in fp32, target logit).
 // TFLOP/s of every variant is 2MNK / time (the GEMM's flops only). Output: a table, a summary per op (geometric
 // means of coda/cublas time and of unfused/coda speedup) and, with --out, one JSON line per variant and shape.
 #include <coda/coda.h>
@@ -79,19 +80,25 @@ constexpr float kEps = 1e-5f;
 
 // ---- shapes ------------------------------------------------------------------------------------------------------
 
+enum class Kind { kResidualRmsnorm, kRowscale, kSwiglu, kRope, kLse };
+
 struct Shape {
   std::string config;  // model name (PROTOCOL.md)
-  std::string op;      // f1_out, f1_down, f2_gate_up, f2_qkv, f3_gate_up, f4_qkv
-  std::string fused;   // C ABI function name
-  int which = 1;       // 1 = F1, 2 = F2, 3 = F3, 4 = F4, 5 = F5
+  std::string op;      // linear_residual_rmsnorm@out, @down, linear_rowscale@gate_up, @qkv, linear_rowscale_swiglu, ...
+  std::string fused;   // C ABI function name without coda_ (the --ops name)
+  Kind kind = Kind::kResidualRmsnorm;
   int64_t M = 0, N = 0, K = 0;
-  int32_t hq = 0, hkv = 0, hd = 0;  // F4 heads
+  int32_t hq = 0, hkv = 0, hd = 0;  // linear_rowscale_rope heads
 };
+
+// The --ops names: the forward fused ops timed here.
+std::set<std::string> const kOps{"linear_residual_rmsnorm", "linear_rowscale", "linear_rowscale_swiglu",
+                                 "linear_rowscale_rope", "linear_rowscale_lse"};
 
 struct Options : coda_bench::CommonOptions {
   std::set<std::string> models{"1B", "8B", "70B"};
   std::vector<int64_t> tokens{16384};
-  std::set<std::string> ops{"f1", "f2", "f3", "f4", "f5"};
+  std::set<std::string> ops = kOps;
   bool sweep = false;  // also time every compiled config x a few scheduler knobs (CODA_OP_CONFIG pins)
 };
 
@@ -101,9 +108,9 @@ void usage() {
       "  --quick                 llama3-1B shapes only\n"
       "  --models 1B,8B,70B      models of the LLaMA shape set (default all)\n"
       "  --tokens 16384[,...]    token counts M (default 16384)\n"
-      "  --ops f1,f2,f3,f4       F1 linear_residual_rmsnorm (out, down), F2 linear_rowscale (gate_up, qkv),\n"
-      "                          F3 linear_rowscale_swiglu (gate_up), F4 linear_rowscale_rope (qkv),\n"
-      "                          F5 linear_rowscale_lse (lm_head)\n"
+      "  --ops OP[,OP...]        (default all) linear_residual_rmsnorm (out, down), linear_rowscale (gate_up, qkv),\n"
+      "                          linear_rowscale_swiglu (gate_up), linear_rowscale_rope (qkv),\n"
+      "                          linear_rowscale_lse (lm_head)\n"
       "  --sweep                 also time each compiled config x raster/swizzle knobs (CODA_OP_CONFIG pins)\n"
       "  --reps N (>=20 per PROTOCOL.md, default 20)  --warmup N (default 3)  --no-flush\n"
       "  --out FILE.jsonl [--append]  --commit SHA  --device N  --list (print the shapes and exit)\n");
@@ -135,14 +142,12 @@ Options parse(int argc, char** argv) {
       for (auto const& x : split(need(i), ',')) o.tokens.push_back(std::atoll(x.c_str()));
     } else if (a == "--ops") {
       o.ops.clear();
-      for (std::string x : split(need(i), ',')) {
-        if (x == "F1" || x == "linear_residual_rmsnorm") x = "f1";
-        if (x == "F2" || x == "linear_rowscale") x = "f2";
-        if (x == "F3" || x == "linear_rowscale_swiglu") x = "f3";
-        if (x == "F4" || x == "linear_rowscale_rope") x = "f4";
-        if (x == "F5" || x == "linear_rowscale_lse") x = "f5";
-        if (x != "f1" && x != "f2" && x != "f3" && x != "f4" && x != "f5") {
-          std::fprintf(stderr, "unknown op %s (f1, f2, f3, f4, f5)\n", x.c_str());
+      for (std::string const& x : split(need(i), ',')) {
+        if (kOps.count(x) == 0) {
+          std::fprintf(stderr,
+                       "unknown op %s (linear_residual_rmsnorm, linear_rowscale, linear_rowscale_swiglu, "
+                       "linear_rowscale_rope, linear_rowscale_lse)\n",
+                       x.c_str());
           std::exit(2);
         }
         o.ops.insert(x);
@@ -175,21 +180,30 @@ std::vector<Shape> shape_set(Options const& o) {
   for (Model const& m : kModels) {
     if (o.models.count(m.short_name) == 0 && o.models.count(m.name) == 0) continue;
     for (int64_t t : o.tokens) {
-      if (o.ops.count("f1") != 0) {
-        out.push_back({m.name, "f1_out", "linear_residual_rmsnorm", 1, t, m.d, m.hq * m.hd});
-        out.push_back({m.name, "f1_down", "linear_residual_rmsnorm", 1, t, m.d, m.F});
+      if (o.ops.count("linear_residual_rmsnorm") != 0) {
+        char const* f = "linear_residual_rmsnorm";
+        out.push_back({m.name, "linear_residual_rmsnorm@out", f, Kind::kResidualRmsnorm, t, m.d, m.hq * m.hd});
+        out.push_back({m.name, "linear_residual_rmsnorm@down", f, Kind::kResidualRmsnorm, t, m.d, m.F});
       }
-      if (o.ops.count("f2") != 0) {
-        out.push_back({m.name, "f2_gate_up", "linear_rowscale", 2, t, 2 * m.F, m.d});
-        out.push_back({m.name, "f2_qkv", "linear_rowscale", 2, t, (m.hq + 2 * m.hkv) * m.hd, m.d});
+      if (o.ops.count("linear_rowscale") != 0) {
+        char const* f = "linear_rowscale";
+        out.push_back({m.name, "linear_rowscale@gate_up", f, Kind::kRowscale, t, 2 * m.F, m.d});
+        out.push_back({m.name, "linear_rowscale@qkv", f, Kind::kRowscale, t, (m.hq + 2 * m.hkv) * m.hd, m.d});
       }
-      if (o.ops.count("f3") != 0) out.push_back({m.name, "f3_gate_up", "linear_rowscale_swiglu", 3, t, 2 * m.F, m.d});
-      if (o.ops.count("f4") != 0) {
-        Shape q{m.name, "f4_qkv", "linear_rowscale_rope", 4, t, (m.hq + 2 * m.hkv) * m.hd, m.d};
+      if (o.ops.count("linear_rowscale_swiglu") != 0) {
+        char const* f = "linear_rowscale_swiglu";
+        out.push_back({m.name, f, f, Kind::kSwiglu, t, 2 * m.F, m.d});
+      }
+      if (o.ops.count("linear_rowscale_rope") != 0) {
+        char const* f = "linear_rowscale_rope";
+        Shape q{m.name, f, f, Kind::kRope, t, (m.hq + 2 * m.hkv) * m.hd, m.d};
         q.hq = static_cast<int32_t>(m.hq), q.hkv = static_cast<int32_t>(m.hkv), q.hd = static_cast<int32_t>(m.hd);
         out.push_back(q);
       }
-      if (o.ops.count("f5") != 0) out.push_back({m.name, "f5_lm_head", "linear_rowscale_lse", 5, t, m.V, m.d});
+      if (o.ops.count("linear_rowscale_lse") != 0) {
+        char const* f = "linear_rowscale_lse";
+        out.push_back({m.name, f, f, Kind::kLse, t, m.V, m.d});
+      }
     }
   }
   return out;
@@ -199,8 +213,9 @@ std::vector<Shape> shape_set(Options const& o) {
 
 constexpr int kRowThreads = 256;
 
-/// F1 unfused epilogue, one block per row, one pass, 16-byte accesses (N a multiple of 8, rows 16-byte aligned):
-/// x = bf16(t + residual); h = bf16(x * gamma); rstd = 1 / sqrt(mean(x^2) + eps) with x as stored (bf16).
+/// linear_residual_rmsnorm's unfused epilogue, one block per row, one pass, 16-byte accesses (N a multiple of 8, rows
+/// 16-byte aligned): x = bf16(t + residual); h = bf16(x * gamma); rstd = 1 / sqrt(mean(x^2) + eps) with x as stored
+/// (bf16).
 __global__ void __launch_bounds__(kRowThreads) residual_rmsnorm_kernel(
     __nv_bfloat16 const* __restrict__ t, __nv_bfloat16 const* __restrict__ residual,
     __nv_bfloat16 const* __restrict__ gamma, int64_t n, float eps, __nv_bfloat16* __restrict__ x,
@@ -267,8 +282,8 @@ __global__ void rowscale_kernel(__nv_bfloat16 const* __restrict__ in, float cons
   }
 }
 
-/// F3 unfused epilogue: y[m, i] = bf16(silu(z[m, 2i]) * z[m, 2i+1]) for packed z [rows, 2F], y [rows, F] (F a
-/// multiple of 8): 16 z values in (two 16-byte loads), 8 y values out (one 16-byte store).
+/// linear_rowscale_swiglu's unfused epilogue: y[m, i] = bf16(silu(z[m, 2i]) * z[m, 2i+1]) for packed z [rows, 2F],
+/// y [rows, F] (F a multiple of 8): 16 z values in (two 16-byte loads), 8 y values out (one 16-byte store).
 __global__ void swiglu_kernel(__nv_bfloat16 const* __restrict__ z, int64_t rows, int64_t F,
                               __nv_bfloat16* __restrict__ y) {
   int64_t const total = rows * (F / 8);
@@ -290,8 +305,9 @@ __global__ void swiglu_kernel(__nv_bfloat16 const* __restrict__ z, int64_t rows,
   }
 }
 
-/// F4 unfused epilogue, in place on packed qkv [rows, width]: each q/k pair (2i, 2i+1) of a head rotated by
-/// theta = pos[m] * inv_freq[i] (fp32 angle, sincosf), one thread per 8 elements (4 pairs, 16-byte accesses).
+/// linear_rowscale_rope's unfused epilogue, in place on packed qkv [rows, width]: each q/k pair (2i, 2i+1) of a head
+/// rotated by theta = pos[m] * inv_freq[i] (fp32 angle, sincosf), one thread per 8 elements (4 pairs, 16-byte
+/// accesses).
 __global__ void rope_kernel(__nv_bfloat16* __restrict__ qkv, int64_t rows, int64_t width, int64_t rotated, int hd,
                             int32_t const* __restrict__ pos, float const* __restrict__ inv_freq) {
   int64_t const per_row = rotated / 8, total = rows * per_row;
@@ -315,8 +331,9 @@ __global__ void rope_kernel(__nv_bfloat16* __restrict__ qkv, int64_t rows, int64
 
 constexpr int kLseThreads = 256;
 
-/// F5 unfused epilogue: per row of packed bf16 logits [rows, V] (V a multiple of 8): lse = log sum exp (fp32
-/// online max / sum-exp per thread, then merged), target logit. One block per row, 16-byte loads.
+/// linear_rowscale_lse's unfused epilogue: per row of packed bf16 logits [rows, V] (V a multiple of 8):
+/// lse = log sum exp (fp32 online max / sum-exp per thread, then merged), target logit. One block per row, 16-byte
+/// loads.
 __global__ void __launch_bounds__(kLseThreads) lse_kernel(__nv_bfloat16 const* __restrict__ logits, int64_t V,
                                                            int32_t const* __restrict__ targets,
                                                            float* __restrict__ lse, float* __restrict__ target_logit) {
@@ -364,7 +381,7 @@ __global__ void __launch_bounds__(kLseThreads) lse_kernel(__nv_bfloat16 const* _
   }
 }
 
-/// int32 positions: packed sequences of 4096 tokens (pos = m % 4096), the F4 input.
+/// int32 positions: packed sequences of 4096 tokens (pos = m % 4096), the linear_rowscale_rope input.
 __global__ void fill_positions(int32_t* p, size_t n) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
     p[i] = static_cast<int32_t>(i % 4096);
@@ -412,7 +429,7 @@ int main(int argc, char** argv) {
   std::vector<Shape> const shapes = shape_set(opt);
   if (opt.list_only) {
     for (Shape const& s : shapes) {
-      std::printf("%-11s %-11s %-24s fwd M=%-7lld N=%-7lld K=%-7lld bf16\n", s.config.c_str(), s.op.c_str(),
+      std::printf("%-11s %-28s %-24s fwd M=%-7lld N=%-7lld K=%-7lld bf16\n", s.config.c_str(), s.op.c_str(),
                   s.fused.c_str(), static_cast<long long>(s.M), static_cast<long long>(s.N),
                   static_cast<long long>(s.K));
     }
@@ -448,28 +465,28 @@ int main(int argc, char** argv) {
 
   std::printf("bench_fused on %s (%d SMs, L2 %zu MiB), commit %s, %d reps, L2 flush %s, bf16\n", gpu.c_str(),
               prop.multiProcessorCount, l2 >> 20, commit.c_str(), opt.reps, opt.flush ? "on" : "off");
-  std::printf("%-11s %-11s %7s %7s %7s | %9s %9s %9s | %9s %9s | %s\n", "config", "op", "M", "N", "K", "cuBLAS ms",
+  std::printf("%-11s %-28s %7s %7s %7s | %9s %9s %9s | %9s %9s | %s\n", "config", "op", "M", "N", "K", "cuBLAS ms",
               "CODA ms", "unfus ms", "coda/cub", "unf/coda", "unfused form");
 
   Timer timer(opt.reps, opt.flush, 2 * l2);
-  std::map<std::string, Geo> vs_cublas, vs_unfused;  // per op (f1 / f2)
+  std::map<std::string, Geo> vs_cublas, vs_unfused;  // per op name (Shape::fused)
   auto const wall0 = std::chrono::steady_clock::now();
 
   for (Shape const& s : shapes) {
     size_t const MK = static_cast<size_t>(s.M * s.K), NK = static_cast<size_t>(s.N * s.K);
     size_t const MN = static_cast<size_t>(s.M * s.N), Mr = static_cast<size_t>(s.M), Nr = static_cast<size_t>(s.N);
-    bool const f1 = s.which == 1;
-    // Inputs of one set: F1 a, w, residual, gamma; F2 h, w, rstd.
-    size_t const in_bytes = f1 ? 2 * (MK + NK + MN + Nr) : 2 * (MK + NK) + 4 * Mr;
+    bool const is_norm = s.kind == Kind::kResidualRmsnorm;
+    // Inputs of one set: linear_residual_rmsnorm a, w, residual, gamma; the row-scaled ops h, w, rstd.
+    size_t const in_bytes = is_norm ? 2 * (MK + NK + MN + Nr) : 2 * (MK + NK) + 4 * Mr;
     int const sets = static_cast<int>(std::clamp<size_t>((2 * l2 + in_bytes - 1) / in_bytes, 1, 4));
-    std::vector<std::unique_ptr<Buffer>> as, ws, rs, gs, ss;  // a|h, w, residual, gamma, rstd (F2 input)
+    std::vector<std::unique_ptr<Buffer>> as, ws, rs, gs, ss;  // a|h, w, residual, gamma, rstd (row-scale input)
     for (int i = 0; i < sets; ++i) {
       uint64_t const seed = static_cast<uint64_t>(i);
       as.push_back(std::make_unique<Buffer>(2 * MK));
       ws.push_back(std::make_unique<Buffer>(2 * NK));
       fill_random(as.back()->ptr, MK, 1000 + seed, 1.0f);
       fill_random(ws.back()->ptr, NK, 2000 + seed, 0.05f);
-      if (f1) {
+      if (is_norm) {
         rs.push_back(std::make_unique<Buffer>(2 * MN));
         gs.push_back(std::make_unique<Buffer>(2 * Nr));
         fill_random(rs.back()->ptr, MN, 3000 + seed, 4.0f);
@@ -483,42 +500,42 @@ int main(int argc, char** argv) {
     auto at = [](std::vector<std::unique_ptr<Buffer>> const& v, int set) { return v[static_cast<size_t>(set)]->ptr; };
 
     // Outputs and temporaries (shared by the variants; every launch overwrites them completely).
-    // F1: x, h [M,N], rstd [M], T [M,N] (cuBLAS output / unfused temp). F2: y [M,N], temp [M,min(K,N)].
-    // F3: z [M,2F] (out0), y [M,F] (out1), temp = prescaled h. F4: qkv (out0), temp = prescaled h, positions and
-    // inv_freq inputs (one set: tiny).
-    bool const f3 = s.which == 3, f4 = s.which == 4, f5 = s.which == 5;
-    bool const prescale = s.K <= s.N || f3 || f4 || f5;
-    size_t const ws_bytes = f1   ? coda_linear_residual_rmsnorm_workspace_size(s.M, s.N)
-                            : f3 ? coda_linear_rowscale_swiglu_workspace_size(s.M, s.N)
-                            : f4 ? coda_linear_rowscale_rope_workspace_size(s.M, s.N)
-                            : f5 ? coda_linear_rowscale_lse_workspace_size(s.M, s.N)
-                                 : coda_linear_rowscale_workspace_size(s.M, s.N);
+    // linear_residual_rmsnorm: x, h [M,N], rstd [M], T [M,N] (cuBLAS output / unfused temp). linear_rowscale:
+    // y [M,N], temp [M,min(K,N)]. linear_rowscale_swiglu: z [M,2F] (out0), y [M,F] (out1), temp = prescaled h.
+    // linear_rowscale_rope: qkv (out0), temp = prescaled h, positions and inv_freq inputs (one set: tiny).
+    bool const is_swiglu = s.kind == Kind::kSwiglu, is_rope = s.kind == Kind::kRope, is_lse = s.kind == Kind::kLse;
+    bool const prescale = s.K <= s.N || is_swiglu || is_rope || is_lse;
+    size_t const ws_bytes = is_norm     ? coda_linear_residual_rmsnorm_workspace_size(s.M, s.N)
+                            : is_swiglu ? coda_linear_rowscale_swiglu_workspace_size(s.M, s.N)
+                            : is_rope   ? coda_linear_rowscale_rope_workspace_size(s.M, s.N)
+                            : is_lse    ? coda_linear_rowscale_lse_workspace_size(s.M, s.N)
+                                        : coda_linear_rowscale_workspace_size(s.M, s.N);
     Buffer workspace(ws_bytes);
-    Buffer out0(2 * MN);                                         // F1 x / F2 y / F3 z / F4 qkv
-    Buffer out1(f1 ? 2 * MN : f3 ? MN : 0);                      // F1 h / F3 y
-    Buffer rstd_out(f1 ? 4 * Mr : 0);                            // F1 rstd
-    Buffer temp(f1 ? 2 * MN : 2 * Mr * static_cast<size_t>(prescale ? s.K : s.N));
-    Buffer positions(f4 ? 4 * Mr : 0), inv_freq(f4 ? 2 * static_cast<size_t>(s.hd) : 0);
-    Buffer targets(f5 ? 4 * Mr : 0), lse_out(f5 ? 4 * Mr : 0), tl_out(f5 ? 4 * Mr : 0);  // F5
-    if (f5) {
+    Buffer out0(2 * MN);                                         // x / y / z / qkv
+    Buffer out1(is_norm ? 2 * MN : is_swiglu ? MN : 0);          // linear_residual_rmsnorm's h / swiglu's y
+    Buffer rstd_out(is_norm ? 4 * Mr : 0);                       // linear_residual_rmsnorm's rstd
+    Buffer temp(is_norm ? 2 * MN : 2 * Mr * static_cast<size_t>(prescale ? s.K : s.N));
+    Buffer positions(is_rope ? 4 * Mr : 0), inv_freq(is_rope ? 2 * static_cast<size_t>(s.hd) : 0);
+    Buffer targets(is_lse ? 4 * Mr : 0), lse_out(is_lse ? 4 * Mr : 0), tl_out(is_lse ? 4 * Mr : 0);
+    if (is_lse) {
       fill_targets<<<256, 256>>>(static_cast<int32_t*>(targets.ptr), Mr, s.N);
       CHECK_CUDA(cudaGetLastError());
     }
-    if (f4) {
+    if (is_rope) {
       fill_positions<<<256, 256>>>(static_cast<int32_t*>(positions.ptr), Mr);
       std::vector<float> freq(static_cast<size_t>(s.hd / 2));
       for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(500000.0f, -2.0f * i / s.hd);
       CHECK_CUDA(cudaMemcpy(inv_freq.ptr, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice));
     }
-    std::string const unfused_form = f1   ? "gemm+residual_rmsnorm"
-                                     : f3 ? "prescale+gemm+swiglu"
-                                     : f4 ? "prescale+gemm+rope"
-                                     : f5 ? "prescale+gemm+lse"
-                                     : prescale ? "prescale+gemm" : "gemm+postscale";
+    std::string const unfused_form = is_norm     ? "gemm+residual_rmsnorm"
+                                     : is_swiglu ? "prescale+gemm+swiglu"
+                                     : is_rope   ? "prescale+gemm+rope"
+                                     : is_lse    ? "prescale+gemm+lse"
+                                     : prescale  ? "prescale+gemm" : "gemm+postscale";
 
     std::function<void(int)> run_cublas, run_coda, run_unfused;
     size_t peak_cublas = 0, peak_coda = 0, peak_unfused = 0;
-    if (f1) {
+    if (is_norm) {
       run_cublas = [&](int set) { cublas_linear(cublas, at(as, set), at(ws, set), temp.ptr, s.M, s.N, s.K); };
       run_coda = [&](int set) {
         coda_tensor const a = matrix(at(as, set), CODA_BF16, s.M, s.K, dev);
@@ -541,7 +558,7 @@ int main(int argc, char** argv) {
       peak_cublas = 2 * (MK + NK) + temp.bytes;
       peak_coda = inputs + out0.bytes + out1.bytes + rstd_out.bytes + ws_bytes;
       peak_unfused = inputs + temp.bytes + out0.bytes + out1.bytes + rstd_out.bytes;
-    } else if (f5) {
+    } else if (is_lse) {
       run_cublas = [&](int set) { cublas_linear(cublas, at(as, set), at(ws, set), out0.ptr, s.M, s.N, s.K); };
       run_coda = [&](int set) {
         coda_tensor const h = matrix(at(as, set), CODA_BF16, s.M, s.K, dev);
@@ -565,14 +582,14 @@ int main(int argc, char** argv) {
       peak_cublas = 2 * (MK + NK) + out0.bytes;
       peak_coda = in_bytes + small + ws_bytes;  // no logits
       peak_unfused = in_bytes + small + temp.bytes + out0.bytes;
-    } else if (f3 || f4) {
+    } else if (is_swiglu || is_rope) {
       run_cublas = [&](int set) { cublas_linear(cublas, at(as, set), at(ws, set), out0.ptr, s.M, s.N, s.K); };
       run_coda = [&](int set) {
         coda_tensor const h = matrix(at(as, set), CODA_BF16, s.M, s.K, dev);
         coda_tensor const w = matrix(at(ws, set), CODA_BF16, s.N, s.K, dev);
         coda_tensor const rstd = vec1d(at(ss, set), CODA_FP32, s.M, dev);
         coda_tensor o0 = matrix(out0.ptr, CODA_BF16, s.M, s.N, dev);
-        if (f3) {
+        if (is_swiglu) {
           coda_tensor y = matrix(out1.ptr, CODA_BF16, s.M, s.N / 2, dev);
           check_coda(coda_linear_rowscale_swiglu(&h, &w, &rstd, &o0, &y, workspace.ptr, ws_bytes, nullptr),
                      "coda_linear_rowscale_swiglu " + s.op);
@@ -587,7 +604,7 @@ int main(int argc, char** argv) {
       run_unfused = [&](int set) {
         launch_rowscale(at(as, set), static_cast<float const*>(at(ss, set)), s.M, s.K, temp.ptr);
         cublas_linear(cublas, temp.ptr, at(ws, set), out0.ptr, s.M, s.N, s.K);
-        if (f3) {
+        if (is_swiglu) {
           launch_swiglu(out0.ptr, s.M, s.N / 2, out1.ptr);
         } else {
           launch_rope(out0.ptr, s.M, s.N, static_cast<int64_t>(s.hq + s.hkv) * s.hd, s.hd,
@@ -667,31 +684,28 @@ int main(int argc, char** argv) {
           coda_bench::sweep_knobs(timer, opt.warmup, sets, pins, run_cublas, run_coda);
       coda_bench::report_sweep(jsonl, "fused_sweep", s.op, s.config, s.M, s.N, s.K, pts, commit, gpu, date);
     }
-    std::string const key = "f" + std::to_string(s.which);
-    vs_cublas[key].add(ms_coda / ms_cublas);
-    vs_unfused[key].add(ms_unfused / ms_coda);
-    std::printf("%-11s %-11s %7lld %7lld %7lld | %9.4f %9.4f %9.4f | %9.3f %9.3f | %s\n", s.config.c_str(),
+    vs_cublas[s.fused].add(ms_coda / ms_cublas);
+    vs_unfused[s.fused].add(ms_unfused / ms_coda);
+    std::printf("%-11s %-28s %7lld %7lld %7lld | %9.4f %9.4f %9.4f | %9.3f %9.3f | %s\n", s.config.c_str(),
                 s.op.c_str(), static_cast<long long>(s.M), static_cast<long long>(s.N), static_cast<long long>(s.K),
                 ms_cublas, ms_coda, ms_unfused, ms_coda / ms_cublas, ms_unfused / ms_coda, unfused_form.c_str());
     std::fflush(stdout);
   }
 
   std::printf("\n");
-  std::map<std::string, char const*> const op_names{{"f1", "linear_residual_rmsnorm"}, {"f2", "linear_rowscale"},
-                                                    {"f3", "linear_rowscale_swiglu"}, {"f4", "linear_rowscale_rope"},
-                                                    {"f5", "linear_rowscale_lse"}};
-  Geo all_cublas, all_unfused;  // over the issue's set: each fused op at its own GEMM (F1, F3, F4, F5; not F2)
+  Geo all_cublas, all_unfused;  // over the issue's set: each fused op at its own GEMM (not linear_rowscale)
   for (auto const& [key, g] : vs_cublas) {
     Geo const& u = vs_unfused[key];
-    std::printf("%s (%s) over %d shapes: CODA/cuBLAS-GEMM time geometric mean %.3f (min %.3f, max %.3f; 1.0 = "
+    std::printf("%s over %d shapes: CODA/cuBLAS-GEMM time geometric mean %.3f (min %.3f, max %.3f; 1.0 = "
                 "epilogue for free); unfused/CODA speedup geometric mean %.3f (min %.3f, max %.3f)\n",
-                key.c_str(), op_names.at(key), g.n, g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi);
-    if (key == "f2") continue;
+                key.c_str(), g.n, g.mean(), g.lo, g.hi, u.mean(), u.lo, u.hi);
+    if (key == "linear_rowscale") continue;
     all_cublas.log_sum += g.log_sum, all_cublas.n += g.n;
     all_unfused.log_sum += u.log_sum, all_unfused.n += u.n;
   }
   if (all_cublas.n > 0) {
-    std::printf("fused ops at their own GEMMs (F1 out/down, F3 gate/up, F4 qkv, F5 lm_head) over %d shapes: CODA/cuBLAS time "
+    std::printf("fused ops at their own GEMMs (linear_residual_rmsnorm out/down, linear_rowscale_swiglu gate/up, "
+                "linear_rowscale_rope qkv, linear_rowscale_lse lm_head) over %d shapes: CODA/cuBLAS time "
                 "geometric mean %.3f; unfused/CODA speedup geometric mean %.3f\n",
                 all_cublas.n, all_cublas.mean(), all_unfused.mean());
   }

@@ -45,15 +45,15 @@ void reference_checks() {
   double const e1 = ref::max_abs_diff(fused, direct);
   report("deferred row scale == RMSNorm then linear", e1 < 1e-12, fmt("max diff %.2e", e1));
 
-  // ZdZ: the B2 epilogue with zdz = (1/N) <dz, z> equals the textbook RMSNorm backward.
+  // ZdZ: the linear_residual_rmsnorm_bwd epilogue with zdz = (1/N) <dz, z> equals the textbook RMSNorm backward.
   ref::Matrix const a = ref::rmsnorm(x, gamma, eps);
   ref::Matrix const dz = ref::random_activation(M, N, rng);
   ref::Matrix const z = ref::linear(a, w);
   ref::Vector const zdz = ref::row_dot(z, dz, 1.0 / static_cast<double>(K));
-  ref::ResidualRmsnormBwd const b2 =
+  ref::ResidualRmsnormBwd const bwd =
       ref::linear_residual_rmsnorm_bwd(dz, w, x, gamma, prep.rstd, zdz, nullptr, 1.0);
   ref::RmsnormGrad const textbook = ref::rmsnorm_bwd(x, gamma, eps, ref::dgrad(dz, w));
-  double const e2 = ref::max_abs_diff(b2.dx, textbook.dx);
+  double const e2 = ref::max_abs_diff(bwd.dx, textbook.dx);
   report("zdz rewrite == textbook RMSNorm backward (dx)", e2 < 1e-10, fmt("max diff %.2e", e2));
 
   // Blocked (per-tile, per-lane) log-sum-exp merge == direct log-sum-exp, with a partial last tile.

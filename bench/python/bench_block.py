@@ -14,7 +14,7 @@ Each line of --out is one (config, tokens, implementation) with times in ms and 
 
 --coda-variant LABEL=SPEC (repeatable) adds an implementation `coda:LABEL`: the CODA block with CODA_OP_CONFIG=SPEC
 set around each of its calls (SPEC's per-op form pins single fused ops, e.g.
-`f3=linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8`), so that one op's config is A/B-tested in the
+`swiglu=linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8`), so that one op's config is A/B-tested in the
 block, taking turns with the default, rather than in isolation (docs/FUSED_OPS.md, "Choosing and pinning a kernel").
 --coda-env LABEL=VAR=VALUE (repeatable) sets any CODA_* variable for `coda:LABEL` the same way, e.g.
 `cublas=CODA_GEMM_CONFIG=cublas` runs the block's plain GEMMs (the weight gradients, dy0) on cuBLAS; a label given

@@ -74,9 +74,10 @@ def reference(x, gamma, w, t, g, reduction):
 
 
 def coda_sums(x, gamma, w, t, reduction, chunk, drop):
-    """rmsnorm_prepare (h = bf16(x gamma), fp32 rstd), then per chunk F2 (logits = bf16(rstd (h w^T))), F6 (dlogits =
-    bf16(softmax - onehot), / N for mean), B2 (fp32 dgamma partials of (dlogits w) * x * rstd, a = bf16(x rstd gamma)),
-    dW partial = dlogits^T a in fp32. -> the per-chunk (dgamma, dW) partials and row `drop`'s terms of both."""
+    """rmsnorm_prepare (h = bf16(x gamma), fp32 rstd), then per chunk linear_rowscale (logits = bf16(rstd (h w^T))),
+    the cross-entropy gradient (dlogits = bf16(softmax - onehot), / N for mean), linear_residual_rmsnorm_bwd (fp32
+    dgamma partials of (dlogits w) * x * rstd, a = bf16(x rstd gamma)), dW partial = dlogits^T a in fp32. -> the
+    per-chunk (dgamma, dW) partials and row `drop`'s terms of both."""
     rstd = f32(1 / torch.sqrt((x * x).mean(1) + EPS))
     h = bf(x * gamma)
     n = int((t != -100).sum()) if reduction == "mean" else 1

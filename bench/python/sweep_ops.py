@@ -1,6 +1,7 @@
 """Fused-op config and knob choice under sustained load (docs/FUSED_OPS.md, "Choosing and pinning a kernel").
 
-    python bench/python/sweep_ops.py --ops f3,f5 --configs llama3-70b:8192,llama3-8b:16384 [--pins 'PIN;PIN']
+    python bench/python/sweep_ops.py --ops linear_rowscale_swiglu,linear_rowscale_lse \\
+        --configs llama3-70b:8192,llama3-8b:16384 [--pins 'PIN;PIN']
 
 For each (op, model config, tokens), the op's candidates (`CODA_OP_CONFIG` pins, `config[:knobs]`, read by libcoda
 on every call; `default` = no pin, the dispatcher's own choice) and the cuBLAS GEMM of the op's shape
@@ -10,16 +11,18 @@ each timing the SM clock (MHz) and board power (W) are read (torch.cuda.clock_ra
 limit a kernel can lose time to clock rather than instructions, and bench_fused --sweep, which times its points
 one after another, drifted 2-5 % against its own main measurement (bench/results/fused_sweep_h200_d6e113e/).
 
-Ops (their GEMM shapes as in bench_fused): f1_out (o-projection + residual + RMSNorm partials), f1_down
-(down-projection, the same epilogue), f3 (gate/up + SwiGLU, interleaved weight), f4 (q/k/v + RoPE), f4qk (the same
-with Qwen3's per-head q/k RMSNorm, storing z), f5 (LM head +
-log-sum-exp through coda_linear_cross_entropy with one chunk: F5 without stored logits plus its small finishing
-kernels; V = 128256), f2_lm (F2, linear_rowscale, at the LM head's shape: one chunk of its training pass);
-backward: b2_qkv, b2_gu and b2_lm (B2, linear_residual_rmsnorm_bwd: the dgrad of the q/k/v and of the gate/up
-projection with the norm backward, dx_in given; of the LM head, K = V, alpha = 1/M) and b3 (B3,
-linear_swiglu_bwd_zdz: the down projection's dgrad with the SwiGLU backward); plain: gemm_gu and gemm_down
-(coda_gemm at the gate/up and down shapes) and wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv (the block's weight
-gradients, dW = dz^T a with K = tokens), pinned through CODA_GEMM_CONFIG; `default` is coda_gemm's autotuned pick.
+Ops (their GEMM shapes as in bench_fused; an op that runs at several GEMMs is named `op@gemm`):
+linear_residual_rmsnorm@out (o-projection + residual + RMSNorm partials), linear_residual_rmsnorm@down
+(down-projection, the same epilogue), linear_rowscale_swiglu (gate/up + SwiGLU, interleaved weight),
+linear_rowscale_rope (q/k/v + RoPE), linear_rowscale_qk_norm_rope (the same with Qwen3's per-head q/k RMSNorm,
+storing z), linear_rowscale_lse (LM head + log-sum-exp through coda_linear_cross_entropy with one chunk:
+linear_rowscale_lse without stored logits plus its small finishing kernels; V = 128256), linear_rowscale@lm_head
+(linear_rowscale at the LM head's shape: one chunk of its training pass); backward:
+linear_residual_rmsnorm_bwd@qkv, @gate_up and @lm_head (the dgrad of the q/k/v and of the gate/up projection with the
+norm backward, dx_in given; of the LM head, K = V, alpha = 1/M) and linear_swiglu_bwd_zdz (the down projection's
+dgrad with the SwiGLU backward); plain: gemm_gu and gemm_down (coda_gemm at the gate/up and down shapes) and
+wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv (the block's weight gradients, dW = dz^T a with K = tokens), pinned through
+CODA_GEMM_CONFIG; `default` is coda_gemm's autotuned pick.
 Default pins: `default` and every config the op has compiled in bf16 (fused ops: the list libcoda gives,
 coda_fused_op_configs; plain forward: the seven configs of docs/GEMM.md; wgrad: stream-K, cooperative and
 pingpong) x raster n/m x swizzle 1/2/4/8. (Stop 17's run 4 also timed a pingpong 128x128 with a
@@ -42,11 +45,15 @@ from common import CONFIGS, append_jsonl, env_var, fused_configs, interleaved, l
 from coda import _C, _kernels
 
 # The fused op (libcoda's name) each sweep op times; its candidates are the configs libcoda compiles for it.
-FUSED_OP_OF = {"f1_out": "linear_residual_rmsnorm", "f1_down": "linear_residual_rmsnorm", "f2_lm": "linear_rowscale",
-               "f3": "linear_rowscale_swiglu", "f4": "linear_rowscale_rope", "f4qk": "linear_rowscale_qk_norm_rope",
-               "f5": "linear_rowscale_lse",
-               "b2_qkv": "linear_residual_rmsnorm_bwd", "b2_gu": "linear_residual_rmsnorm_bwd",
-               "b2_lm": "linear_residual_rmsnorm_bwd", "b3": "linear_swiglu_bwd_zdz"}
+FUSED_OP_OF = {"linear_residual_rmsnorm@out": "linear_residual_rmsnorm",
+               "linear_residual_rmsnorm@down": "linear_residual_rmsnorm", "linear_rowscale@lm_head": "linear_rowscale",
+               "linear_rowscale_swiglu": "linear_rowscale_swiglu", "linear_rowscale_rope": "linear_rowscale_rope",
+               "linear_rowscale_qk_norm_rope": "linear_rowscale_qk_norm_rope",
+               "linear_rowscale_lse": "linear_rowscale_lse",
+               "linear_residual_rmsnorm_bwd@qkv": "linear_residual_rmsnorm_bwd",
+               "linear_residual_rmsnorm_bwd@gate_up": "linear_residual_rmsnorm_bwd",
+               "linear_residual_rmsnorm_bwd@lm_head": "linear_residual_rmsnorm_bwd",
+               "linear_swiglu_bwd_zdz": "linear_swiglu_bwd_zdz"}
 # coda_gemm: pinned through CODA_GEMM_CONFIG, `default` = its autotuned pick
 PLAIN_OPS = ("gemm_gu", "gemm_down", "wgrad_o", "wgrad_gu", "wgrad_down", "wgrad_qkv")
 # compiled for the forward layout (docs/GEMM.md)
@@ -56,7 +63,7 @@ WGRAD_CONFIGS = ("sk_128x256x64_c2x1", "coop_128x256x64_c2x1", "pp_128x128x64_c2
 VOCAB = 128256
 
 
-def default_pins(op="f3"):
+def default_pins(op="linear_rowscale_swiglu"):
     pins = ["default"]
     configs = (WGRAD_CONFIGS if op.startswith("wgrad") else PLAIN_CONFIGS if op in PLAIN_OPS
                else fused_configs(FUSED_OP_OF[op]))
@@ -90,24 +97,24 @@ def make_op(op, cfg, M, device="cuda"):
                       "wgrad_qkv": ((hq + 2 * hkv) * hd, d)}[op]
         dz, a = rand(M, rows), rand(M, cols)
         return plain_gemm(dz.t(), a.t(), device), (rows, cols, M), (lambda: torch.matmul(dz.t(), a))
-    if op in ("f1_out", "f1_down"):
-        K = hq * hd if op == "f1_out" else F
+    if op in ("linear_residual_rmsnorm@out", "linear_residual_rmsnorm@down"):
+        K = hq * hd if op == "linear_residual_rmsnorm@out" else F
         a, w, residual = rand(M, K), rand(d, K, std=K ** -0.5), rand(M, d, std=4.0)
         gamma = 1 + rand(d, std=0.1)
         return (lambda: _kernels.linear_residual_rmsnorm(a, w, residual, gamma, 1e-6)), (M, d, K), \
             (lambda: torch.matmul(a, w.t()))
     h = rand(M, d, std=4.0)
-    if op == "f3":
+    if op == "linear_rowscale_swiglu":
         w = rand(2 * F, d, std=d ** -0.5)
         return (lambda: _kernels.linear_rowscale_swiglu(h, w, rstd)), (M, 2 * F, d), (lambda: torch.matmul(h, w.t()))
-    if op == "f4":
+    if op == "linear_rowscale_rope":
         N = (hq + 2 * hkv) * hd
         w = rand(N, d, std=d ** -0.5)
         pos = (torch.arange(M, device=device) % 8192).to(torch.int32)
         inv = 1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd)
         return (lambda: _kernels.linear_rowscale_rope(h, w, rstd, pos, inv, hq, hkv, hd)), (M, N, d), \
             (lambda: torch.matmul(h, w.t()))
-    if op == "f4qk":
+    if op == "linear_rowscale_qk_norm_rope":
         N = (hq + 2 * hkv) * hd
         w = rand(N, d, std=d ** -0.5)
         pos = (torch.arange(M, device=device) % 8192).to(torch.int32)
@@ -116,31 +123,30 @@ def make_op(op, cfg, M, device="cuda"):
         gk = 1 + 0.1 * torch.randn(hd, device=device, generator=g)
         return (lambda: _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, gq, gk, pos, inv, hq, hkv, hd, 1e-6)), \
             (M, N, d), (lambda: torch.matmul(h, w.t()))
-    if op == "f5":
+    if op == "linear_rowscale_lse":
         w = rand(VOCAB, d, std=d ** -0.5)
         targets = torch.randint(0, VOCAB, (M,), device=device, generator=g)
         return (lambda: _kernels.linear_cross_entropy(h, w, rstd, targets, -100, "mean", 0.0, 0.0, 0.0, M)), \
             (M, VOCAB, d), (lambda: torch.matmul(h, w.t()))
-    if op in ("b2_qkv", "b2_gu"):
-        Kd = (hq + 2 * hkv) * hd if op == "b2_qkv" else 2 * F
+    if op in ("linear_residual_rmsnorm_bwd@qkv", "linear_residual_rmsnorm_bwd@gate_up"):
+        Kd = (hq + 2 * hkv) * hd if op.endswith("@qkv") else 2 * F
         dz, w = rand(M, Kd), rand(Kd, d, std=Kd ** -0.5)
         x, dx_in = rand(M, d, std=4.0), rand(M, d)
         gamma, zdz = 1 + rand(d, std=0.1), torch.randn(M, device=device, generator=g)
         return (lambda: _kernels.linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, 1.0)), (M, d, Kd), \
             (lambda: torch.matmul(dz, w))
-    if op == "f2_lm":  # one chunk of the LM head's training pass: logits = diag(rstd) h w^T
+    if op == "linear_rowscale@lm_head":  # one chunk of the LM head's training pass: logits = diag(rstd) h w^T
         w = rand(VOCAB, d, std=d ** -0.5)
         return (lambda: _kernels.linear_rowscale(h, w, rstd)), (M, VOCAB, d), (lambda: torch.matmul(h, w.t()))
-    if op == "b2_lm":  # the LM head's dgrad of one chunk with the final norm's backward (K = V)
+    if op == "linear_residual_rmsnorm_bwd@lm_head":  # one LM head chunk's dgrad (K = V) + the final norm's backward
         dz, w = rand(M, VOCAB, std=1e-3), rand(VOCAB, d, std=d ** -0.5)
         x, gamma, zdz = rand(M, d, std=4.0), 1 + rand(d, std=0.1), torch.randn(M, device=device, generator=g)
         return (lambda: _kernels.linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, None, 1.0 / M)), \
             (M, d, VOCAB), (lambda: torch.matmul(dz, w))
-    if op == "b3":
+    if op == "linear_swiglu_bwd_zdz":
         dx, w_down, z = rand(M, d), rand(d, F, std=d ** -0.5), rand(M, 2 * F)
         return (lambda: _kernels.linear_swiglu_bwd_zdz(dx, w_down, z)), (M, F, d), (lambda: torch.matmul(dx, w_down))
-    raise ValueError(f"--ops: unknown op {op!r} (f1_out, f1_down, f2_lm, f3, f4, f4qk, f5, b2_qkv, b2_gu, b2_lm, b3, "
-                     "gemm_gu, gemm_down, wgrad_o, wgrad_gu, wgrad_down, wgrad_qkv)")
+    raise ValueError(f"--ops: unknown op {op!r} ({', '.join((*FUSED_OP_OF, *PLAIN_OPS))})")
 
 
 def pinned(pin, fn, var="CODA_OP_CONFIG"):
@@ -171,7 +177,7 @@ def measure(fn, reps):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--ops", default="f3,f5")
+    p.add_argument("--ops", default="linear_rowscale_swiglu,linear_rowscale_lse")
     p.add_argument("--configs", default="llama3-70b:8192")
     p.add_argument("--pins", default=None,
                    help="';'-separated CODA_OP_CONFIG values (knobs contain commas), e.g. "

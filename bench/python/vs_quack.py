@@ -5,22 +5,25 @@ first step): every contender of an (op, model config, tokens) is timed in the sa
     python bench/python/vs_quack.py --out $OUT/vs_quack                        # 1B/8B/70B at 8192 tokens
     python bench/python/vs_quack.py --out $OUT/vs_quack16k --tokens 16384      # the other half of the issue's set
     python bench/python/vs_quack.py --estimate [--tokens 8192,16384]          # the planned GPU time only (no GPU)
-    python bench/python/vs_quack.py --ops gemm_gu,f3 --coda-pins "CODA_PDL=1;pp_128x192x64_c2x1"  # CODA variants
-                                        # (CODA_PDL needs libcoda built with -DCODA_GDC=ON, docs/GEMM.md)
+    python bench/python/vs_quack.py --ops gemm_gu,linear_rowscale_swiglu --coda-pins "CODA_PDL=1;pp_128x192x64_c2x1"
+                                        # CODA variants (CODA_PDL needs libcoda built with -DCODA_GDC=ON, docs/GEMM.md)
     python bench/python/vs_quack.py --ops rmsnorm --graph-ops rmsnorm         # + CUDA-graph replays (no host time)
 
 Ops, their GEMM (D[M,N] = A[M,K] B, M = tokens; d, F from bench/python/common.py CONFIGS, V = 128256) and the
 contenders (`impl`; CODA's first, then quack's):
 
 - gemm_gu (M x 2F x d), gemm_down (M x d x F): coda_gemm (CODA's autotuned plain GEMM) | quack gemm_interface.gemm.
-- f1 (M x d x F, after the down projection): F1 linear_residual_rmsnorm (x = a w^T + residual, h = x gamma, rstd)
-  | quack gemm_add (x only: CODA writes h and rstd besides); quack_rms: gemm_rms(C = residual, norm_weight = gamma,
-  premult_out), which writes x, h and rstd as F1 does.
-- f3 (M x 2F x d): F3 linear_rowscale_swiglu (z = diag(rstd) h w^T, y = silu(z even) z odd) | quack
+- linear_residual_rmsnorm (M x d x F, after the down projection; x = a w^T + residual, h = x gamma, rstd) | quack
+  gemm_add (x only: CODA writes h and rstd besides); quack_rms: gemm_rms(C = residual, norm_weight = gamma,
+  premult_out), which writes x, h and rstd as CODA's op does.
+- linear_rowscale_swiglu (M x 2F x d; z = diag(rstd) h w^T, y = silu(z even) z odd) | quack
   gemm_act(activation="swiglu", store_preact=True) on the normalised input diag(rstd) h; quack_norm_act:
-  gemm_norm_act(rstd, "swiglu") on h, F3's own inputs.
-- b3 (M x F x d): B3 linear_swiglu_bwd_zdz (dz, y, zdz) | quack gemm_dact(activation="swiglu") (dz, y; no zdz).
-- b2 (M x d x 2F, the gate/up dgrad): B2 linear_residual_rmsnorm_bwd (dx, a, dgamma) | quack gemm(dz, w) then
+  gemm_norm_act(rstd, "swiglu") on h, CODA's op's own inputs.
+- linear_rowscale_qk_norm_rope (M x (hq + 2 hkv) hd x d, Qwen3's q/k/v with per-head q/k RMSNorm and RoPE) | quack
+  qk_rope_epi on the normalised input (compared on q and k); coda_no_z: z not stored; coda_rowscale: CODA's
+  linear_rowscale on the same shape.
+- linear_swiglu_bwd_zdz (M x F x d; dz, y, zdz) | quack gemm_dact(activation="swiglu") (dz, y; no zdz).
+- linear_residual_rmsnorm_bwd (M x d x 2F, the gate/up dgrad; dx, a, dgamma) | quack gemm(dz, w) then
   rmsnorm.rmsnorm_bwd(dresidual_out = dx_in) (dx, dgamma; no a).
 - lm_head (M x V x d, forward + backward): linear_cross_entropy (final RMSNorm + LM head + CE, one chunked pass)
   (chunks of 2048, the default; coda:chunk4096 with chunk_rows=4096) | quack rmsnorm.rmsnorm +
@@ -44,8 +47,8 @@ quack's GEMMs run two ways: `quack_default` (tuned=False: the per-arch default c
 `quack_best`: the fastest of the short list --quack-configs (default: pingpong 128x192 / 192x128 / 128x128 with
 clusters 2x1 and 1x2, cooperative 256x128 2x1), picked by a short screen (a `quack_screen` row per config) just
 before the timing. When the pick is the default config, quack_default and quack_best time the same kernel: their
-difference is the run's noise floor. quack_rms, quack_norm_act and the b2/lm_head/rmsnorm `quack` contenders run the
-default config.
+difference is the run's noise floor. quack_rms, quack_norm_act and the `quack` contenders of
+linear_residual_rmsnorm_bwd, lm_head and rmsnorm run the default config.
 
 Method (../shared/design/PROTOCOL.md, "Speed"): for each (op, config, tokens), every contender is called once (its
 compile / autotune; `first_call_s`), its outputs are compared with CODA's (cuBLAS's for the plain GEMMs) on the same
@@ -97,9 +100,11 @@ from report import commit as git_commit
 SUITE = "vs_quack"
 MODEL_CONFIGS = ("llama3-1B", "llama3-8B", "llama3-70B")  # names as the issue writes them; CONFIGS keys lower-case
 VOCAB = 128256
-OPS = ("gemm_gu", "gemm_down", "f1", "f3", "f4qk", "b3", "b2", "lm_head", "rmsnorm", "block")
-SCREENED_OPS = ("gemm_gu", "gemm_down", "f1", "f3", "f4qk", "b3")  # quack GEMMs with a config to pick
-PASS = {"b3": "bwd", "b2": "bwd", "lm_head": "fwdbwd", "block": "fwdbwd"}
+OPS = ("gemm_gu", "gemm_down", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_qk_norm_rope",
+       "linear_swiglu_bwd_zdz", "linear_residual_rmsnorm_bwd", "lm_head", "rmsnorm", "block")
+SCREENED_OPS = ("gemm_gu", "gemm_down", "linear_residual_rmsnorm", "linear_rowscale_swiglu",
+                "linear_rowscale_qk_norm_rope", "linear_swiglu_bwd_zdz")  # quack GEMMs with a config to pick
+PASS = {"linear_swiglu_bwd_zdz": "bwd", "linear_residual_rmsnorm_bwd": "bwd", "lm_head": "fwdbwd", "block": "fwdbwd"}
 # The block (bench_block.py's: o-projection to the next layer's q/k/v, attention excluded), forward + backward: CODA,
 # torch.compile and Liger of the same PyTorch block, and its 12 GEMMs alone (4 forward, 4 dgrad, 4 wgrad on cuBLAS
 # through torch.mm), the floor the issue measures the block against. Rows have suite "block".
@@ -147,26 +152,27 @@ def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     if op == "block":
         return list(BLOCK_IMPLS) + [f"coda:{pin}" for pin in coda_pins]
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
-    if op == "f4qk":
+    if op == "linear_rowscale_qk_norm_rope":
         base.append("coda_no_z")  # forward only: z (the backward's input) not stored, as quack's qk_rope stores none
-        base.append("coda_rowscale")  # CODA's plain row-scaled GEMM (F2's) on the same shape: the epilogue-free floor
+        base.append("coda_rowscale")  # CODA's linear_rowscale on the same shape: the epilogue-free floor
     if op == "lm_head":
         base += ["coda:chunk4096", "torch_compile"]
     graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
     if not quack:
         return base + graphed
-    extra = {"f1": ["quack_default", "quack_best", "quack_rms"],
-             "f3": ["quack_default", "quack_best", "quack_norm_act"],
-             "b2": ["quack"], "lm_head": ["quack"], "rmsnorm": ["quack"]}
+    extra = {"linear_residual_rmsnorm": ["quack_default", "quack_best", "quack_rms"],
+             "linear_rowscale_swiglu": ["quack_default", "quack_best", "quack_norm_act"],
+             "linear_residual_rmsnorm_bwd": ["quack"], "lm_head": ["quack"], "rmsnorm": ["quack"]}
     return base + extra.get(op, ["quack_default", "quack_best"]) + graphed
 
 
 def op_shape(op, cfg, M):
     """(M, N, K) of op's GEMM at model config cfg = (d, F, hq, hkv, hd); rmsnorm: (M, d, None); block: (M, d, F)."""
     d, F = cfg[0], cfg[1]
-    return {"gemm_gu": (M, 2 * F, d), "gemm_down": (M, d, F), "f1": (M, d, F), "f3": (M, 2 * F, d),
-            "b3": (M, F, d), "b2": (M, d, 2 * F), "lm_head": (M, VOCAB, d), "rmsnorm": (M, d, None),
-            "block": (M, d, F), "f4qk": (M, (cfg[2] + 2 * cfg[3]) * cfg[4], d)}[op]
+    return {"gemm_gu": (M, 2 * F, d), "gemm_down": (M, d, F), "linear_residual_rmsnorm": (M, d, F),
+            "linear_rowscale_swiglu": (M, 2 * F, d), "linear_swiglu_bwd_zdz": (M, F, d),
+            "linear_residual_rmsnorm_bwd": (M, d, 2 * F), "lm_head": (M, VOCAB, d), "rmsnorm": (M, d, None),
+            "block": (M, d, F), "linear_rowscale_qk_norm_rope": (M, (cfg[2] + 2 * cfg[3]) * cfg[4], d)}[op]
 
 
 def block_gemms(cfg, M):
@@ -486,7 +492,7 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
         checks["coda"] = ("cublas_gemm", same("y"))
         if q:
             quack_pair(lambda lbl: (lambda: {"y": q.gemm(a, w.t(), y_q, lbl)}), ["y"], ref="cublas_gemm")
-    elif op == "f1":
+    elif op == "linear_residual_rmsnorm":
         a, w, residual = r(M, K), r(d, K, std=K ** -0.5), r(M, d, std=4.0)
         gamma = 1 + r(d, std=0.1)
         buf = torch.empty(M, d, **bf)
@@ -504,7 +510,7 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns["quack_rms"] = rms
             labels["quack_rms"] = "default"
             checks["quack_rms"] = ("coda", same("x", "h", "rstd"))
-    elif op == "f3":
+    elif op == "linear_rowscale_swiglu":
         h, w = r(M, d, std=4.0), r(2 * cfg[1], d, std=d ** -0.5)
         rstd = torch.rand(M, device=device, generator=g) + 0.5
         n = (h.float() * rstd[:, None]).to(torch.bfloat16)  # quack's gemm_act takes the normalised input
@@ -518,9 +524,10 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns["quack_norm_act"] = lambda: dict(zip(("z", "y"), q.gemm_norm_act(h, w.t(), rstd, z_n, y_n)))
             labels["quack_norm_act"] = "default"
             checks["quack_norm_act"] = ("coda", same("z", "y"))
-    elif op == "f4qk":
-        # F4 with QK-norm (Qwen3's q/k/v; llama3-8B's heads are Qwen3-8B's). quack's nearest: qk_rope_epi, which norms
-        # and rotates every head (v too) from a cos/sin table and takes the normalised input: compared on q and k.
+    elif op == "linear_rowscale_qk_norm_rope":
+        # RoPE with per-head q/k RMSNorm (Qwen3's q/k/v; llama3-8B's heads are Qwen3-8B's). quack's nearest:
+        # qk_rope_epi, which norms and rotates every head (v too) from a cos/sin table and takes the normalised input:
+        # compared on q and k.
         hq, hkv, hd = cfg[2], cfg[3], cfg[4]
         rot = (hq + hkv) * hd
         h, w = r(M, d, std=4.0), r(N, d, std=d ** -0.5)
@@ -552,7 +559,7 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             w_row = w_row.to(torch.bfloat16)
             d_q = torch.empty(M, N, **bf)
             quack_pair(lambda lbl: (lambda: {"qk": q.qk_rope(n, w.t(), cs, hd, w_row, d_q, lbl)[:, :rot]}), ["qk"])
-    elif op == "b3":
+    elif op == "linear_swiglu_bwd_zdz":
         dx, w_down, z = r(M, d), r(d, N, std=d ** -0.5), r(M, 2 * N)
         dy_cb = torch.empty(M, N, **bf)
         fns["cublas_gemm"] = lambda: {"dy": torch.mm(dx, w_down, out=dy_cb)}
@@ -561,11 +568,13 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             dz_q, y_q = torch.empty(M, 2 * N, **bf), torch.empty(M, N, **bf)
             quack_pair(lambda lbl: (lambda: dict(zip(("dz", "y"), q.gemm_dact(dx, w_down, z, dz_q, y_q, lbl)))),
                        ["dz", "y"])
-    elif op == "b2":
+    elif op == "linear_residual_rmsnorm_bwd":
         dz, w = r(M, K), r(K, d, std=K ** -0.5)
         x, dx_in, gamma = r(M, d, std=4.0), r(M, d), 1 + r(d, std=0.1)
         rstd = torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
-        D = torch.mm(dz, w)  # zdz = (1/d) sum_j D gamma c, c = x rstd: the value F6/B1 hands B2 in a step
+        # zdz = (1/d) sum_j D gamma c, c = x rstd: the value that the LM head's cross-entropy step or rope_bwd_zdz
+        # hands linear_residual_rmsnorm_bwd in a step
+        D = torch.mm(dz, w)
         zdz = (D.float() * gamma.float() * x.float() * rstd[:, None]).sum(-1) / d
         del D
         buf = torch.empty(M, d, **bf)

@@ -3,17 +3,18 @@
  *
  * A CODA block runs from layer i's attention output to layer i+1's q/k/v (attention itself, between blocks, is the
  * framework's: e.g. scaled_dot_product_attention on `qkv`):
- *   forward:  x1 = y0 W_o^T + x0;  rstd1, h1 = x1 gamma1                (F1, coda_linear_residual_rmsnorm)
- *             z1 = rstd1 (h1 W_gu^T);  y1 = silu(z1 even) z1 odd         (F3, coda_linear_rowscale_swiglu)
- *             x2 = y1 W_down^T + x1;  rstd2, h2 = x2 gamma2              (F1)
- *             qkv = RoPE(rstd2 (h2 W_qkv^T))                             (F4, coda_linear_rowscale_rope)
- *   backward: B1 (coda_rope_bwd_zdz) -> B2 with W_qkv (dx2) -> dW_qkv -> B3 with W_down (dz1, y1) -> dW_down ->
- *             B2 with W_gu (dx1 = dx0) -> dW_gu -> dy0 = dx1 W_o -> dW_o: 3 fused dgrad GEMMs, 5 plain GEMMs, one
+ *   forward:  x1 = y0 W_o^T + x0;  rstd1, h1 = x1 gamma1                (coda_linear_residual_rmsnorm)
+ *             z1 = rstd1 (h1 W_gu^T);  y1 = silu(z1 even) z1 odd         (coda_linear_rowscale_swiglu)
+ *             x2 = y1 W_down^T + x1;  rstd2, h2 = x2 gamma2              (coda_linear_residual_rmsnorm)
+ *             qkv = RoPE(rstd2 (h2 W_qkv^T))                             (coda_linear_rowscale_rope)
+ *   backward: coda_rope_bwd_zdz -> coda_linear_residual_rmsnorm_bwd with W_qkv (dx2) -> dW_qkv ->
+ *             coda_linear_swiglu_bwd_zdz with W_down (dz1, y1) -> dW_down -> coda_linear_residual_rmsnorm_bwd with
+ *             W_gu (dx1 = dx0) -> dW_gu -> dy0 = dx1 W_o -> dW_o: 3 fused dgrad GEMMs, 5 plain GEMMs, one
  *             elementwise kernel, 2 tiny reduces.
  * Saved between forward and backward (coda_block_saved): x1, rstd1, z1, x2, rstd2, qkv (plus the caller's y0,
  * positions, inv_freq and weights). Not saved, recomputed in the backward epilogues: h1, h2, y1 and the pre-RoPE
  * q/k/v; per token that is 2 d + F + (hq + 2 hkv) hd elements fewer than an unfused pipeline keeps.
- * The first layer (embeddings -> q/k/v: coda_rmsnorm_prepare + F4) and the last (-> LM head:
+ * The first layer (embeddings -> q/k/v: coda_rmsnorm_prepare + coda_linear_rowscale_rope) and the last (-> LM head:
  * coda_linear_cross_entropy) use the single ops.
  *
  * Conventions: all activations and weights bf16 or fp16 (one dtype), row-major with 16-byte aligned rows;

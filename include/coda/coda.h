@@ -16,7 +16,7 @@
  *   - Every tensor lives on the device of the stream's current CUDA device; `device` fields must agree.
  *   - Ops that need scratch memory take (workspace, workspace_bytes); coda_<op>_workspace_size() gives the bytes
  *     for a problem. Work is enqueued on `stream` (a cudaStream_t, NULL = legacy default stream); no host sync.
- *   - Equations are numbered as in docs/MATH.md (F1-F6 forward, B1-B3 backward).
+ *   - Each op's equations are in docs/MATH.md under the op's name.
  *   - Reductions are deterministic: same inputs, same bits.
  */
 #ifndef CODA_CODA_H_
@@ -73,7 +73,7 @@ CODA_API coda_status coda_device_supported(int device, int* supported, int* majo
 /* ------------------------------------------------------------------------------------------------------------- */
 
 /**
- * F1: out-projection / down-projection with the residual add and the first half of the next RMSNorm.
+ * Out-projection / down-projection with the residual add and the first half of the next RMSNorm.
  *   x = a w^T + residual            (x_out: the new residual stream)
  *   h = x * gamma                   (h_out: input of the next GEMM, not yet normalised)
  *   rstd[m] = 1 / sqrt(mean_n x[m,n]^2 + eps)   (from per-tile partial sums of squares, finished deterministically)
@@ -95,7 +95,8 @@ CODA_API coda_status coda_linear_residual_rmsnorm(const coda_tensor* a, const co
 CODA_API size_t coda_linear_residual_rmsnorm_workspace_size(int64_t M, int64_t N);
 
 /**
- * Final reduce of F1 (also usable on its own): rstd[m] = 1 / sqrt(sum_t partials[t,m] / n_features + eps).
+ * Final reduce of coda_linear_residual_rmsnorm (also usable on its own):
+ *   rstd[m] = 1 / sqrt(sum_t partials[t,m] / n_features + eps).
  * In fp32: the partials of a row are added in tile order t = 0, 1, ..., T-1, then 1.0f / sqrtf(...) with IEEE
  * division and square root (deterministic, independent of the launch). M == 0: nothing is launched.
  * \param partials   [T,M] fp32, unit stride along M, row stride >= M (per-(row, N-tile) sums of squares).
@@ -117,7 +118,7 @@ CODA_API coda_status coda_rmsnorm_prepare(const coda_tensor* x, const coda_tenso
                                           coda_tensor* h_out, coda_tensor* rstd_out, void* stream);
 
 /**
- * F2: y = diag(rstd) (h w^T) — the second half of RMSNorm-then-linear (rstd * accumulator in fp32, rounded once).
+ * y = diag(rstd) (h w^T) — the second half of RMSNorm-then-linear (rstd * accumulator in fp32, rounded once).
  * Kernels: bf16 and fp16.
  * \param h [M,K] bf16|fp16 row-major. \param w [N,K] same dtype. \param rstd [M] fp32.
  * \param y_out [M,N] same dtype.
@@ -128,7 +129,7 @@ CODA_API coda_status coda_linear_rowscale(const coda_tensor* h, const coda_tenso
 CODA_API size_t coda_linear_rowscale_workspace_size(int64_t M, int64_t N);
 
 /**
- * F3: gate/up projection with SwiGLU, weights interleaved (rows g0,u0,g1,u1,...; coda_interleave_gate_up).
+ * Gate/up projection with SwiGLU, weights interleaved (rows g0,u0,g1,u1,...; coda_interleave_gate_up).
  *   z = diag(rstd) (h w_gu^T)   [M,2F] (saved for backward)
  *   y[m,i] = silu(z[m,2i]) * z[m,2i+1]   [M,F]
  * z and y are both computed from the fp32 z (rstd * accumulator) and rounded once each; silu uses the fast exp
@@ -144,7 +145,7 @@ CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const cod
 CODA_API size_t coda_linear_rowscale_swiglu_workspace_size(int64_t M, int64_t N);
 
 /**
- * F4: q/k/v projection with RoPE. Columns of w_qkv are [q heads | k heads | v heads], each head_dim wide, q and k
+ * Q/k/v projection with RoPE. Columns of w_qkv are [q heads | k heads | v heads], each head_dim wide, q and k
  * rows paired per head (coda_pair_rope_rows). For q and k, pair i of a head at row m, theta = pos[m]*inv_freq[i]:
  *   out[2i] = z[2i] cos(theta) - z[2i+1] sin(theta);  out[2i+1] = z[2i+1] cos(theta) + z[2i] sin(theta)
  * with z = diag(rstd) (h w_qkv^T); v passes through.
@@ -169,9 +170,10 @@ CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_
 CODA_API size_t coda_linear_rowscale_rope_workspace_size(int64_t M, int64_t N);
 
 /**
- * F4 with QK-norm (Qwen3; MATH.md "F4 with QK-norm"): F4 with a per-head RMSNorm of the q and k heads before
- * RoPE. With u = diag(rstd) (h w_qkv^T) and, per q or k head of row m, r = 1/sqrt(mean_j u_j^2 + qk_eps):
- *   n_j = u_j r gamma[j]   (gamma = q_gamma on q heads, k_gamma on k heads), then F4's rotation of n;
+ * Q/k/v projection with QK-norm and RoPE (Qwen3; MATH.md `linear_rowscale_qk_norm_rope`): coda_linear_rowscale_rope
+ * with a per-head RMSNorm of the q and k heads before RoPE. With u = diag(rstd) (h w_qkv^T) and, per q or k head of
+ * row m, r = 1/sqrt(mean_j u_j^2 + qk_eps):
+ *   n_j = u_j r gamma[j]   (gamma = q_gamma on q heads, k_gamma on k heads), then the RoPE rotation of n;
  * v passes through (out = u). Also stores z = u (the pre-norm projection the backward needs). qkv is computed from
  * the fp32 u and rounded once; z is R(u). Angles as coda_linear_rowscale_rope. One fused GEMM launch, no workspace.
  * Deterministic. Layout, heads, positions and inv_freq as coda_linear_rowscale_rope.
@@ -190,7 +192,7 @@ CODA_API coda_status coda_linear_rowscale_qk_norm_rope(const coda_tensor* h, con
                                                        coda_tensor* qkv_out, coda_tensor* z_out, void* stream);
 
 /**
- * F5: LM head logits with their log-sum-exp, without needing the logits stored.
+ * LM head logits with their log-sum-exp, without needing the logits stored.
  *   l = diag(rstd) (h w^T) [M,V], optionally l <- softcap * tanh(l / softcap);
  *   lse[m] = log sum_j exp(l[m,j]);  target_logit[m] = l[m, targets[m]] (0 for rows whose target is
  *   ignore_index).
@@ -219,7 +221,7 @@ CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_t
 CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V);
 
 /**
- * F6: cross-entropy over stored logits, with its gradient and the row dot for the norm backward.
+ * Cross-entropy over stored logits, with its gradient and the row dot for the norm backward.
  *   loss[m] = (1-ls)(lse - l_t) + ls (lse - mean_j l_j) + z_loss * lse^2 (0 for ignored rows), reduced per
  *   options->reduction; dlogits[m,j] = g_m (p_j - (1-ls)[j=t] - ls/V + 2 z_loss lse p_j) (* (1 - tanh^2) under
  *   softcap), 0 for ignored rows; zdz[m] = (1/hidden_size) sum_j l[m,j] dlogits[m,j] (l before softcap).
@@ -249,7 +251,8 @@ CODA_API coda_status coda_cross_entropy(const coda_tensor* logits, const coda_te
 CODA_API size_t coda_cross_entropy_workspace_size(int64_t M, int64_t V);
 
 /**
- * LM head + cross-entropy loss without logits in memory (F5 then F6 from row statistics, MATH.md "LM head"):
+ * LM head + cross-entropy loss without logits in memory (coda_linear_rowscale_lse, then the loss from row statistics,
+ * MATH.md "LM head"):
  *   l = diag(rstd) (h w^T) [M,V] (softcapped per options->softcap), computed tile by tile inside the GEMM epilogue,
  *   which keeps only per-row statistics: lse, the target logit and (for label smoothing) the row sum of l; then
  *   loss[m] = (1-ls)(lse - l_t) + ls (lse - sum_j l_j / V) + z_loss * lse^2 (0 for ignored rows), reduced per
@@ -274,14 +277,16 @@ CODA_API coda_status coda_linear_cross_entropy(const coda_tensor* h, const coda_
 CODA_API size_t coda_linear_cross_entropy_workspace_size(int64_t M, int64_t V, int64_t chunk_rows);
 
 /**
- * Backward of the LM head + cross-entropy and of the final RMSNorm before it (the last layer's exit, MATH.md F6 and
- * B2), chunked so that dlogits exist for `chunk_rows` tokens at a time. Per chunk of rows:
- *   l = diag(rstd) (h w^T) (recomputed, F2); dl, zdz as coda_cross_entropy computes them (F6, with the gradient
- *   each row receives under options->reduction and grad_loss over all M rows: a mean divides by the number of
- *   non-ignored rows of the whole batch); then B2 with D = dl w: dx = dx_in + rstd (D gamma - c zdz), a = c gamma,
- *   c = x rstd; dW += dl^T a (fp32, across chunks); dgamma = sum over chunks (fixed order, deterministic).
- * bf16 without label smoothing runs the same math in exponential form (MATH.md F6, exponential form; the
- * environment variable CODA_LCE_LOGITS=1 forces the logits path above): the recomputed GEMM stores s exp(c - K)
+ * Backward of the LM head + cross-entropy and of the final RMSNorm before it (the last layer's exit, MATH.md
+ * `cross_entropy` and `linear_residual_rmsnorm_bwd`), chunked so that dlogits exist for `chunk_rows` tokens at a
+ * time. Per chunk of rows:
+ *   l = diag(rstd) (h w^T) (recomputed, as coda_linear_rowscale); dl, zdz as coda_cross_entropy computes them (with
+ *   the gradient each row receives under options->reduction and grad_loss over all M rows: a mean divides by the
+ *   number of non-ignored rows of the whole batch); then coda_linear_residual_rmsnorm_bwd with D = dl w:
+ *   dx = dx_in + rstd (D gamma - c zdz), a = c gamma, c = x rstd; dW += dl^T a (fp32, across chunks);
+ *   dgamma = sum over chunks (fixed order, deterministic).
+ * bf16 without label smoothing runs the same math in exponential form (MATH.md `cross_entropy`'s exponential form;
+ * the environment variable CODA_LCE_LOGITS=1 forces the logits path above): the recomputed GEMM stores s exp(c - K)
  * with one offset K per row (the capped target logit), a per-row scale v makes it dl, and no pass over the chunk's
  * [rows, V] runs between the GEMMs; a row whose per-token loss exceeds ~40 nats is recomputed with its row max as
  * offset.
@@ -328,12 +333,12 @@ CODA_API coda_status coda_scale_cast(const coda_tensor* src, const coda_tensor* 
 /* ------------------------------------------------------------------------------------------------------------- */
 
 /**
- * B1: RoPE backward with the row dot: dz = R(-theta) dqkv per q/k pair (v passes through), and
+ * RoPE backward with the row dot: dz = R(-theta) dqkv per q/k pair (v passes through), and
  *   zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j]   (R is orthogonal, so pre-RoPE z is never needed).
  * theta = positions[m] * inv_freq[i] and its cos/sin are computed in double (accurate at any position, e.g. > 1e6),
  * then the rotation in fp32 with one rounding per output element; v columns are copied bit for bit; zdz is an fp32
  * sum in a fixed order (deterministic). M == 0: nothing is launched.
- * \param qkv [M,W] bf16|fp16 (rotated, as saved by F4). \param dqkv [M,W] same dtype.
+ * \param qkv [M,W] bf16|fp16 (rotated, as saved by coda_linear_rowscale_rope). \param dqkv [M,W] same dtype.
  * \param positions, inv_freq, n_q_heads, n_kv_heads, head_dim: as in coda_linear_rowscale_rope.
  * \param hidden_size d (> 0). \param dz_out [M,W] same dtype; may alias dqkv exactly (in place).
  * \param zdz_out [M] fp32.
@@ -345,9 +350,10 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
                                        void* stream);
 
 /**
- * B1 with QK-norm (MATH.md "B1 with QK-norm"): the backward of coda_linear_rowscale_qk_norm_rope's per-head norm and
- * RoPE, from its pre-norm z_out. Per q or k head of row m, with u = z[m, head], r = 1/sqrt(mean_j u_j^2 + qk_eps),
- * nh = u r, g = q_gamma (q heads) or k_gamma (k heads) and dn = R(-theta) dqkv per pair:
+ * QK-norm + RoPE backward (MATH.md `qk_norm_rope_bwd_zdz`): the backward of coda_linear_rowscale_qk_norm_rope's
+ * per-head norm and RoPE, from its pre-norm z_out. Per q or k head of row m, with u = z[m, head],
+ * r = 1/sqrt(mean_j u_j^2 + qk_eps), nh = u r, g = q_gamma (q heads) or k_gamma (k heads) and dn = R(-theta) dqkv
+ * per pair:
  *   dz = r (g dn - nh <dn, nh g> / head_dim);   v heads: dz = dqkv (bit for bit);
  *   zdz[m] = (1/hidden_size) sum_j z[m,j] dz[m,j] (fp32, dz before its rounding);
  *   dq_gamma[j] = sum over rows and q heads of dn_j nh_j, dk_gamma likewise over k heads (fp32).
@@ -370,13 +376,14 @@ CODA_API coda_status coda_qk_norm_rope_bwd_zdz(const coda_tensor* z, const coda_
 CODA_API size_t coda_qk_norm_rope_bwd_zdz_workspace_size(int64_t M, int64_t head_dim);
 
 /**
- * B2: dgrad of a linear whose input was a = rstd * x * gamma, fused with the RMSNorm backward.
+ * Dgrad of a linear whose input was a = rstd * x * gamma, fused with the RMSNorm backward.
  *   D = alpha * dz w;  c = x * rstd;
  *   dx = dx_in + rstd * (D * gamma - alpha * c * zdz)   (dx_in = 0 when NULL)
  *   a  = c * gamma                              (recomputed normalised input, for dW = dz^T a)
  *   dgamma[n] = sum_m D[m,n] c[m,n]             (per-tile partials, finished deterministically)
  * \param dz [M,N'] bf16|fp16. \param w [N',N] same dtype. \param x [M,N]. \param gamma [N]. \param rstd [M] fp32.
- * \param zdz [M] fp32: (1/N) sum_j z dz for the dz passed here (as F6, B1, B3 produce it); alpha scales it with D.
+ * \param zdz [M] fp32: (1/N) sum_j z dz for the dz passed here (as coda_cross_entropy, coda_rope_bwd_zdz and
+ *        coda_linear_swiglu_bwd_zdz produce it); alpha scales it with D.
  * \param dx_in NULL or [M,N] same dtype.
  * \param alpha scale of dz (1 normally; e.g. upstream gradient / token count for the LM head).
  * \param dx_out [M,N]; may alias dx_in exactly (in-place accumulation), must not alias x or a_out.
@@ -393,7 +400,7 @@ CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, con
 CODA_API size_t coda_linear_residual_rmsnorm_bwd_workspace_size(int64_t M, int64_t N);
 
 /**
- * B3: dgrad of the down-projection fused with the SwiGLU backward.
+ * Dgrad of the down-projection fused with the SwiGLU backward.
  *   dy = dx w_down [M,F]; per pair (g,u) = (z[2i], z[2i+1]), s = sigmoid(g):
  *   dz[2i] = dy u s (1 + g (1-s)),  dz[2i+1] = dy silu(g),  y = silu(g) u,
  *   zdz[m] = (1/d) sum_i (g dz[2i] + u dz[2i+1])  with d = dx.sizes[1].
@@ -401,7 +408,7 @@ CODA_API size_t coda_linear_residual_rmsnorm_bwd_workspace_size(int64_t M, int64
  * and is finished from per-tile partials in a fixed order (deterministic). One fused GEMM launch + one tiny reduce.
  * Kernels: bf16 and fp16.
  * \param dx [M,d] bf16|fp16 (gradient of the residual stream after the MLP). \param w_down [d,F] same dtype.
- * \param z [M,2F] same dtype (interleaved gate/up pre-activation, as F3 saved it).
+ * \param z [M,2F] same dtype (interleaved gate/up pre-activation, as coda_linear_rowscale_swiglu saved it).
  * \param dz_out [M,2F] same dtype; may alias z exactly (in place: z is dead after this op).
  * \param y_out [M,F] same dtype (the recomputed MLP activation, for dW_down = dx^T y).
  * \param zdz_out [M] fp32. F % 8 == 0 (TMA); M == 0 writes nothing.

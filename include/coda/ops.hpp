@@ -90,7 +90,7 @@ inline bool device_supported(int device = -1) {
   return supported != 0;
 }
 
-// ---- forward ops (coda.h F1-F6) ------------------------------------------------------------------------------
+// ---- forward ops --------------------------------------------------------------------------------------------
 inline void linear_residual_rmsnorm(TensorView const& a, TensorView const& w, TensorView const& residual,
                                     TensorView const& gamma, float eps, TensorView& x_out, TensorView& h_out,
                                     TensorView& rstd_out, Workspace ws, cudaStream_t stream) {
@@ -123,7 +123,7 @@ inline void linear_rowscale_rope(TensorView const& h, TensorView const& w_qkv, T
   check(coda_linear_rowscale_rope(&h, &w_qkv, &rstd, &positions, &inv_freq, n_q_heads, n_kv_heads, head_dim,
                                   &qkv_out, ws.ptr, ws.bytes, stream));
 }
-/// F4 with QK-norm (coda_linear_rowscale_qk_norm_rope): qkv and the pre-norm z; no workspace. (The C ABI also takes a
+/// coda_linear_rowscale_qk_norm_rope: qkv and the pre-norm z; no workspace. (The C ABI also takes a
 /// null z_out, forward only: call it directly for that.)
 inline void linear_rowscale_qk_norm_rope(TensorView const& h, TensorView const& w_qkv, TensorView const& rstd,
                                          TensorView const& q_gamma, TensorView const& k_gamma,
@@ -160,14 +160,14 @@ inline size_t linear_cross_entropy_workspace_size(int64_t M, int64_t V, int64_t 
   return coda_linear_cross_entropy_workspace_size(M, V, chunk_rows);
 }
 
-// ---- backward ops (coda.h B1-B3) -----------------------------------------------------------------------------
+// ---- backward ops -------------------------------------------------------------------------------------------
 inline void rope_bwd_zdz(TensorView const& qkv, TensorView const& dqkv, TensorView const& positions,
                          TensorView const& inv_freq, int n_q_heads, int n_kv_heads, int head_dim,
                          int64_t hidden_size, TensorView& dz_out, TensorView& zdz_out, cudaStream_t stream) {
   check(coda_rope_bwd_zdz(&qkv, &dqkv, &positions, &inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size,
                           &dz_out, &zdz_out, stream));
 }
-/// B1 with QK-norm (coda_qk_norm_rope_bwd_zdz), from F4 with QK-norm's z; dz_out may be dqkv (in place).
+/// coda_qk_norm_rope_bwd_zdz, from coda_linear_rowscale_qk_norm_rope's z; dz_out may be dqkv (in place).
 inline void qk_norm_rope_bwd_zdz(TensorView const& z, TensorView const& dqkv, TensorView const& q_gamma,
                                  TensorView const& k_gamma, TensorView const& positions, TensorView const& inv_freq,
                                  int n_q_heads, int n_kv_heads, int head_dim, float qk_eps, int64_t hidden_size,

@@ -71,7 +71,7 @@ typedef struct coda_tensor {
   int32_t device;
 } coda_tensor;
 
-/** Options of the cross-entropy ops (F6). Start from coda_ce_options_default() (PyTorch's defaults); a
+/** Options of the cross-entropy ops. Start from coda_ce_options_default() (PyTorch's defaults); a
  *  zero-initialised struct means reduction none and ignore_index 0. */
 typedef struct coda_ce_options {
   int64_t ignore_index;    /**< rows whose target equals this get loss 0 and gradient 0 (any value) */

@@ -1,6 +1,6 @@
 """The C ABI's ops as plain functions on CUDA tensors: outputs allocated here (torch's caching allocator), work on
-torch's current stream. One function per C entry point, same argument order and names; docs/MATH.md numbers in
-each docstring. _reference.py has the same functions for CPU tensors (float64 math).
+torch's current stream. One function per C entry point, same argument order and names; each is named after its op
+in docs/MATH.md. _reference.py has the same functions for CPU tensors (float64 math).
 
 Every C call validates all of its arguments before it launches anything; a failure raises the exception that
 _C.call maps the status to, with the library's message (argument name and rule).
@@ -29,7 +29,8 @@ def _dense(t):
 
 
 def rmsnorm_prepare(x, gamma, eps):
-    """First-layer norm: h = x gamma, rstd (F1's norm half without a GEMM). -> (h [M,d], rstd [M] fp32)."""
+    """First-layer norm: h = x gamma, rstd (linear_residual_rmsnorm's norm half without a GEMM). -> (h [M,d],
+    rstd [M] fp32)."""
     h = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = _f32((x.shape[0],), x)
     _C.call("rmsnorm_prepare", _d(x), _d(gamma), eps, _d(h), _d(rstd), _C.stream(x.device))
@@ -37,7 +38,7 @@ def rmsnorm_prepare(x, gamma, eps):
 
 
 def linear_residual_rmsnorm(a, w, residual, gamma, eps):
-    """F1: x = a w^T + residual, h = x gamma, rstd. -> (x, h, rstd)."""
+    """x = a w^T + residual, h = x gamma, rstd. -> (x, h, rstd)."""
     M, N = a.shape[0], w.shape[0]
     x = torch.empty((M, N), dtype=a.dtype, device=a.device)
     h = torch.empty_like(x)
@@ -49,7 +50,7 @@ def linear_residual_rmsnorm(a, w, residual, gamma, eps):
 
 
 def linear_rowscale(h, w, rstd):
-    """F2: y = diag(rstd) h w^T."""
+    """y = diag(rstd) h w^T."""
     M, N = h.shape[0], w.shape[0]
     y = torch.empty((M, N), dtype=h.dtype, device=h.device)
     ws = _ws("linear_rowscale", h.device, M, N)
@@ -58,7 +59,7 @@ def linear_rowscale(h, w, rstd):
 
 
 def linear_rowscale_swiglu(h, w_gu, rstd):
-    """F3: z = diag(rstd) h w_gu^T [M,2F] (interleaved), y = silu(z even) z odd [M,F]. -> (z, y)."""
+    """z = diag(rstd) h w_gu^T [M,2F] (interleaved), y = silu(z even) z odd [M,F]. -> (z, y)."""
     M, N2 = h.shape[0], w_gu.shape[0]
     z = torch.empty((M, N2), dtype=h.dtype, device=h.device)
     y = torch.empty((M, N2 // 2), dtype=h.dtype, device=h.device)
@@ -69,7 +70,7 @@ def linear_rowscale_swiglu(h, w_gu, rstd):
 
 
 def linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head_dim):
-    """F4: qkv = RoPE(diag(rstd) h w_qkv^T), q/k pairs adjacent."""
+    """qkv = RoPE(diag(rstd) h w_qkv^T), q/k pairs adjacent."""
     M, N = h.shape[0], w_qkv.shape[0]
     positions, inv_freq = _dense(positions), _dense(inv_freq)
     qkv = torch.empty((M, N), dtype=h.dtype, device=h.device)
@@ -87,7 +88,7 @@ def _float_pairs(t):
 
 def linear_rowscale_qk_norm_rope(h, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
                                  head_dim, qk_eps, store_z=True):
-    """F4 with QK-norm: qkv = RoPE(qk_norm(diag(rstd) h w_qkv^T)) and z = diag(rstd) h w_qkv^T. -> (qkv, z); z is
+    """qkv = RoPE(qk_norm(diag(rstd) h w_qkv^T)) and z = diag(rstd) h w_qkv^T. -> (qkv, z); z is
     None with store_z=False (the kernel skips its store: forward only)."""
     M, N = h.shape[0], w_qkv.shape[0]
     positions, inv_freq = _dense(positions), _dense(inv_freq)
@@ -105,7 +106,7 @@ def _loss_shape(M, reduction):
 
 def cross_entropy(logits, targets, grad_loss, ignore_index, reduction, label_smoothing, z_loss, softcap,
                   hidden_size, want_grad):
-    """F6 over stored logits. -> (loss, dlogits or None, zdz or None)."""
+    """Cross-entropy over stored logits. -> (loss, dlogits or None, zdz or None)."""
     M, V = logits.shape
     targets = _dense(targets)
     loss = _f32(_loss_shape(M, reduction), logits)
@@ -120,7 +121,7 @@ def cross_entropy(logits, targets, grad_loss, ignore_index, reduction, label_smo
 
 def linear_cross_entropy(h, w, rstd, targets, ignore_index, reduction, label_smoothing, z_loss, softcap,
                          chunk_rows):
-    """LM head + loss without logits in memory (F5 + F6 statistics). -> (loss, lse [M])."""
+    """LM head + loss without logits in memory (linear_rowscale_lse + cross_entropy statistics). -> (loss, lse [M])."""
     M, V = h.shape[0], w.shape[0]
     targets = _dense(targets)
     loss = _f32(_loss_shape(M, reduction), h)
@@ -134,8 +135,9 @@ def linear_cross_entropy(h, w, rstd, targets, ignore_index, reduction, label_smo
 
 def linear_cross_entropy_bwd(h, w, rstd, x, gamma, targets, grad_loss, ignore_index, reduction, label_smoothing,
                              z_loss, softcap, chunk_rows, want_loss=False):
-    """Backward of the LM head + loss and the final norm (chunked F2 -> F6 -> B2 -> dW). -> (dx, dw fp32,
-    dgamma fp32), plus the loss from the same pass when want_loss (a training step without a forward call)."""
+    """Backward of the LM head + loss and the final norm (chunked linear_rowscale -> cross_entropy ->
+    linear_residual_rmsnorm_bwd -> dW). -> (dx, dw fp32, dgamma fp32), plus the loss from the same pass when
+    want_loss (a training step without a forward call)."""
     M, d = h.shape
     V = w.shape[0]
     targets = _dense(targets)
@@ -161,7 +163,7 @@ def scale_cast(src, scale, dtype):
 
 
 def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size):
-    """B1: dz = R(-theta) dqkv, zdz = (1/d) sum qkv dqkv. -> (dz, zdz)."""
+    """dz = R(-theta) dqkv, zdz = (1/d) sum qkv dqkv. -> (dz, zdz)."""
     positions, inv_freq = _dense(positions), _dense(inv_freq)
     dz = torch.empty_like(dqkv, memory_format=torch.contiguous_format)
     zdz = _f32((qkv.shape[0],), qkv)
@@ -172,7 +174,7 @@ def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim
 
 def qk_norm_rope_bwd_zdz(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps,
                          hidden_size):
-    """B1 with QK-norm from the pre-norm z: -> (dz, zdz, dq_gamma fp32, dk_gamma fp32)."""
+    """The QK-norm + RoPE backward from the pre-norm z: -> (dz, zdz, dq_gamma fp32, dk_gamma fp32)."""
     positions, inv_freq = _dense(positions), _dense(inv_freq)
     q_gamma, k_gamma = q_gamma.to(torch.float32).contiguous(), k_gamma.to(torch.float32).contiguous()
     M = z.shape[0]
@@ -187,7 +189,7 @@ def qk_norm_rope_bwd_zdz(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_hea
 
 
 def linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, alpha):
-    """B2: dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma, dgamma = sum D c; D = alpha dz w.
+    """dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma, dgamma = sum D c; D = alpha dz w.
     -> (dx, a, dgamma fp32)."""
     M, N = x.shape
     dx = torch.empty((M, N), dtype=x.dtype, device=x.device)
@@ -200,7 +202,7 @@ def linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, alpha):
 
 
 def linear_swiglu_bwd_zdz(dx, w_down, z, in_place=False):
-    """B3: dy = dx w_down, SwiGLU backward on z. -> (dz, y, zdz). in_place: dz overwrites z."""
+    """dy = dx w_down, SwiGLU backward on z. -> (dz, y, zdz). in_place: dz overwrites z."""
     M, d = dx.shape
     F = w_down.shape[1]
     dz = z if in_place else torch.empty_like(z)
@@ -225,7 +227,8 @@ def _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv):
 
 def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,
                   head_dim, eps):
-    """The CODA block forward (F1, F3, F1, F4). -> (x1, rstd1, z1, x2, rstd2, qkv): the saved tensors."""
+    """The CODA block forward (linear_residual_rmsnorm, linear_rowscale_swiglu, linear_residual_rmsnorm,
+    linear_rowscale_rope). -> (x1, rstd1, z1, x2, rstd2, qkv): the saved tensors."""
     M, d = x0.shape
     F = w_down.shape[1]
     dev, dt = x0.device, x0.dtype

@@ -8,9 +8,10 @@ checks arguments before it calls these.
 
 Autograd boundaries follow the fused backward kernels (MATH.md): an op that consumes a normalised input takes the
 un-normalised x and gamma as its differentiable inputs plus (h = x gamma, rstd) as a forward-only cache, so its
-backward is one B2 call giving dx and dgamma directly. Cache outputs (h, rstd, z, ...) are marked
-non-differentiable. What each backward saves is what MATH.md lists: x, rstd and the weights for B2; z for B3;
-the rotated qkv for B1; the block's coda_block_saved tensors.
+backward is one linear_residual_rmsnorm_bwd call giving dx and dgamma directly. Cache outputs (h, rstd, z, ...) are
+marked non-differentiable. What each backward saves is what MATH.md lists: x, rstd and the weights for
+linear_residual_rmsnorm_bwd; z for linear_swiglu_bwd_zdz; the rotated qkv for rope_bwd_zdz; the block's
+coda_block_saved tensors.
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def _prepare_ctx(ctx, inputs, output):
 _register_autograd(rmsnorm_prepare, lambda ctx, dh, drstd: (None, None, None), _prepare_ctx)
 
 
-# ---- F1: out/down projection + residual + the next norm's first half ----------------------------------------------
+# ---- linear_residual_rmsnorm: out/down projection + residual + the next norm's first half -------------------------
 
 @_custom_op("coda::linear_residual_rmsnorm", mutates_args=())
 def linear_residual_rmsnorm(a: Tensor, w: Tensor, residual: Tensor, gamma: Tensor,
@@ -102,13 +103,13 @@ def _(a, w, residual, gamma, eps):
     return x, torch.empty_like(x), _stat((a.shape[0],), a)
 
 
-def _f1_ctx(ctx, inputs, output):
+def _linear_residual_rmsnorm_ctx(ctx, inputs, output):
     a, w, _, _, _ = inputs
     ctx.save_for_backward(a, w)
     _no_grad_outputs(ctx, output[1], output[2])
 
 
-def _f1_bwd(ctx, dx, dh, drstd):
+def _linear_residual_rmsnorm_bwd(ctx, dx, dh, drstd):
     a, w = ctx.saved_tensors
     if dx is None:
         return None, None, None, None, None
@@ -118,10 +119,10 @@ def _f1_bwd(ctx, dx, dh, drstd):
     return da, dw, dx, None, None
 
 
-_register_autograd(linear_residual_rmsnorm, _f1_bwd, _f1_ctx)
+_register_autograd(linear_residual_rmsnorm, _linear_residual_rmsnorm_bwd, _linear_residual_rmsnorm_ctx)
 
 
-# ---- B2 and the ops whose backward it is ------------------------------------------------------------------------
+# ---- linear_residual_rmsnorm_bwd and the ops whose backward it is -----------------------------------------------
 
 @_custom_op("coda::linear_residual_rmsnorm_bwd", mutates_args=())
 def linear_residual_rmsnorm_bwd(dz: Tensor, w: Tensor, x: Tensor, gamma: Tensor, rstd: Tensor, zdz: Tensor,
@@ -136,7 +137,8 @@ def _(dz, w, x, gamma, rstd, zdz, dx_in, alpha):
 
 
 def _norm_linear_bwd(dz, zdz, x, gamma, w, rstd, dx_in=None):
-    """B2 then dW = dz^T a: the gradients of y = rmsnorm(x; gamma) w^T given dz (and zdz for it)."""
+    """linear_residual_rmsnorm_bwd then dW = dz^T a: the gradients of y = rmsnorm(x; gamma) w^T given dz (and zdz
+    for it)."""
     dx, a, dgamma = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, dx_in, 1.0)
     dw = dz.t() @ a
     return dx, dgamma.to(gamma.dtype), dw
@@ -152,22 +154,22 @@ def _(x, gamma, w, h, rstd):
     return h.new_empty((h.shape[0], w.shape[0]))
 
 
-def _f2_ctx(ctx, inputs, output):
+def _rmsnorm_linear_ctx(ctx, inputs, output):
     x, gamma, w, _, rstd = inputs
     ctx.save_for_backward(x, gamma, w, rstd, output)
 
 
-def _f2_bwd(ctx, dy):
+def _rmsnorm_linear_bwd(ctx, dy):
     x, gamma, w, rstd, y = ctx.saved_tensors
     dy = dy.contiguous()
     dx, dgamma, dw = _norm_linear_bwd(dy, _rowdot(y, dy, x.shape[1]), x, gamma, w, rstd)
     return dx, dgamma, dw, None, None
 
 
-_register_autograd(rmsnorm_linear, _f2_bwd, _f2_ctx)
+_register_autograd(rmsnorm_linear, _rmsnorm_linear_bwd, _rmsnorm_linear_ctx)
 
 
-# ---- F4 / B1: q/k/v projection with RoPE ----------------------------------------------------------------------
+# ---- linear_rowscale_rope / rope_bwd_zdz: q/k/v projection with RoPE --------------------------------------------
 
 @_custom_op("coda::rope_bwd_zdz", mutates_args=())
 def rope_bwd_zdz(qkv: Tensor, dqkv: Tensor, positions: Tensor, inv_freq: Tensor, n_q_heads: int, n_kv_heads: int,
@@ -191,23 +193,23 @@ def _(x, gamma, w_qkv, h, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head
     return h.new_empty((h.shape[0], w_qkv.shape[0]))
 
 
-def _f4_ctx(ctx, inputs, output):
+def _qkv_rope_ctx(ctx, inputs, output):
     x, gamma, w_qkv, _, rstd, positions, inv_freq, hq, hkv, hd = inputs
     ctx.save_for_backward(x, gamma, w_qkv, rstd, positions, inv_freq, output)
     ctx.heads = (hq, hkv, hd)
 
 
-def _f4_bwd(ctx, dqkv):
+def _qkv_rope_bwd(ctx, dqkv):
     x, gamma, w_qkv, rstd, positions, inv_freq, qkv = ctx.saved_tensors
     dz, zdz = rope_bwd_zdz(qkv, dqkv.contiguous(), positions, inv_freq, *ctx.heads, x.shape[1])
     dx, dgamma, dw = _norm_linear_bwd(dz, zdz, x, gamma, w_qkv, rstd)
     return dx, dgamma, dw, None, None, None, None, None, None, None
 
 
-_register_autograd(rmsnorm_qkv_rope, _f4_bwd, _f4_ctx)
+_register_autograd(rmsnorm_qkv_rope, _qkv_rope_bwd, _qkv_rope_ctx)
 
 
-# ---- F4 with QK-norm / B1 with QK-norm: the Qwen3 q/k/v projection ---------------------------------------------
+# ---- linear_rowscale_qk_norm_rope / qk_norm_rope_bwd_zdz: the Qwen3 q/k/v projection ----------------------------
 
 @_custom_op("coda::rmsnorm_qkv_qk_norm_rope", mutates_args=())
 def rmsnorm_qkv_qk_norm_rope(x: Tensor, gamma: Tensor, w_qkv: Tensor, h: Tensor, rstd: Tensor, q_gamma: Tensor,
@@ -235,7 +237,7 @@ def _(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, hea
     return (dqkv.new_empty(dqkv.shape), _stat((z.shape[0],), z), _stat((head_dim,), z), _stat((head_dim,), z))
 
 
-def _f4qk_ctx(ctx, inputs, output):
+def _qkv_qk_norm_rope_ctx(ctx, inputs, output):
     x, gamma, w_qkv, _, rstd, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, qk_eps = inputs
     ctx.save_for_backward(x, gamma, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, output[1])
     ctx.heads = (hq, hkv, hd)
@@ -243,7 +245,7 @@ def _f4qk_ctx(ctx, inputs, output):
     _no_grad_outputs(ctx, output[1])
 
 
-def _f4qk_bwd(ctx, dqkv, dz_unused):
+def _qkv_qk_norm_rope_bwd(ctx, dqkv, dz_unused):
     x, gamma, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, z = ctx.saved_tensors
     if dqkv is None:
         return (None,) * 13
@@ -254,10 +256,11 @@ def _f4qk_bwd(ctx, dqkv, dz_unused):
             None, None, None)
 
 
-_register_autograd(rmsnorm_qkv_qk_norm_rope, _f4qk_bwd, _f4qk_ctx)
+_register_autograd(rmsnorm_qkv_qk_norm_rope, _qkv_qk_norm_rope_bwd, _qkv_qk_norm_rope_ctx)
 
 
-# ---- F3 + F1 / B3 + B2: the SwiGLU MLP with its residual and the next norm's first half -------------------------
+# ---- the SwiGLU MLP with its residual and the next norm's first half ---------------------------------------------
+# (linear_rowscale_swiglu + linear_residual_rmsnorm; backward linear_swiglu_bwd_zdz + linear_residual_rmsnorm_bwd)
 
 @_custom_op("coda::linear_swiglu_bwd_zdz", mutates_args=())
 def linear_swiglu_bwd_zdz(dx: Tensor, w_down: Tensor, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -67,8 +67,8 @@ def linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_he
 
 
 def qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim):
-    """F4 with QK-norm after its GEMM (MATH.md): per-head RMSNorm of the q and k heads of z [M, W] (gammas [hd] in the
-    paired layout), then RoPE; v passes through. float64 -> (qkv, head_rstd [M, Hq + Hkv])."""
+    """linear_rowscale_qk_norm_rope after its GEMM (MATH.md): per-head RMSNorm of the q and k heads of z [M, W]
+    (gammas [hd] in the paired layout), then RoPE; v passes through. float64 -> (qkv, head_rstd [M, Hq + Hkv])."""
     z64 = _f64(z)
     M, n_rot = z64.shape[0], n_q_heads + n_kv_heads
     u = z64[:, : n_rot * head_dim].reshape(M, n_rot, head_dim)
@@ -80,7 +80,7 @@ def qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_
 
 def linear_rowscale_qk_norm_rope(h, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
                                  head_dim, qk_eps, store_z=True):
-    """F4 with QK-norm: -> (qkv, z), both from the float64 z = diag(rstd) h w_qkv^T, rounded once to h's dtype (z
+    """-> (qkv, z), both from the float64 z = diag(rstd) h w_qkv^T, rounded once to h's dtype (z
     None with store_z=False)."""
     z = _rowscale(h, w_qkv, rstd)
     qkv, _ = qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, qk_eps, n_q_heads, n_kv_heads, head_dim)
@@ -171,9 +171,9 @@ def rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim
 
 def qk_norm_rope_bwd(z, qkv, dqkv, positions, inv_freq, q_gamma, k_gamma, eps, n_q_heads, n_kv_heads, head_dim,
                      hidden_size):
-    """B1 with QK-norm (MATH.md), float64: z the pre-norm input (the QKV GEMM's output), qkv the rotated output, dqkv
-    its gradient. -> (dz, zdz, dq_gamma, dk_gamma); zdz from the head dots: (1/d)(sum_h eps r_h^2 <dqkv_h, qkv_h> +
-    <v, dv>)."""
+    """qk_norm_rope_bwd_zdz's math (MATH.md), float64: z the pre-norm input (the QKV GEMM's output), qkv the rotated
+    output, dqkv its gradient. -> (dz, zdz, dq_gamma, dk_gamma); zdz from the head dots: (1/d)(sum_h eps r_h^2
+    <dqkv_h, qkv_h> + <v, dv>)."""
     z64, y64, dy64 = _f64(z), _f64(qkv), _f64(dqkv)
     M, n_rot = z64.shape[0], n_q_heads + n_kv_heads
     W = n_rot * head_dim

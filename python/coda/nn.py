@@ -28,8 +28,8 @@ def _randn(shape, std, dtype, device):
 
 
 class RMSNormLinear(nn.Module):
-    """y = rmsnorm(x; norm_weight, eps) W^T (F2; backward B2).  x [..., in_features] -> y [..., out_features].
-    state_dict: `norm_weight` [in], `weight` [out, in]."""
+    """y = rmsnorm(x; norm_weight, eps) W^T (linear_rowscale; backward linear_residual_rmsnorm_bwd).
+    x [..., in_features] -> y [..., out_features]. state_dict: `norm_weight` [in], `weight` [out, in]."""
 
     def __init__(self, in_features, out_features, eps=1e-6, *, dtype=None, device=None):
         super().__init__()
@@ -136,8 +136,9 @@ def _hf_qkv_hooks(module, attr, n_q_heads, n_kv_heads, head_dim, key_prefix=""):
 
 
 class SwiGLUMLP(nn.Module):
-    """x_out = x + down(silu(gate(n)) * up(n)), n = rmsnorm(x; norm_weight) (F3 + F1; backward B3 + B2), and the next
-    norm's cache for the op after it.  forward(x, cache=None, next_gamma=None) -> (x_out, (h_next, rstd_next)).
+    """x_out = x + down(silu(gate(n)) * up(n)), n = rmsnorm(x; norm_weight) (linear_rowscale_swiglu +
+    linear_residual_rmsnorm; backward linear_swiglu_bwd_zdz + linear_residual_rmsnorm_bwd), and the next norm's cache
+    for the op after it.  forward(x, cache=None, next_gamma=None) -> (x_out, (h_next, rstd_next)).
     state_dict: `norm_weight`, `gate_proj.weight`, `up_proj.weight` [F, d], `down_proj.weight` [d, F]."""
 
     def __init__(self, hidden_size, intermediate_size, eps=1e-6, *, dtype=None, device=None):
@@ -155,8 +156,9 @@ class SwiGLUMLP(nn.Module):
 
 
 class RMSNormQKVRope(nn.Module):
-    """qkv = RoPE(rmsnorm(x; norm_weight) W_qkv^T) (F4; backward B1 + B2). forward(x, positions, inv_freq,
-    cache=None) -> qkv [..., (hq + 2 hkv) hd], q/k dimensions in RoPE-pair order.
+    """qkv = RoPE(rmsnorm(x; norm_weight) W_qkv^T) (linear_rowscale_rope; backward rope_bwd_zdz +
+    linear_residual_rmsnorm_bwd). forward(x, positions, inv_freq, cache=None) -> qkv [..., (hq + 2 hkv) hd], q/k
+    dimensions in RoPE-pair order.
     state_dict: `norm_weight`, `q_proj.weight`, `k_proj.weight`, `v_proj.weight` (HF rotate-half layout)."""
 
     def __init__(self, hidden_size, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *, dtype=None, device=None):

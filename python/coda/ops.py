@@ -11,7 +11,8 @@ Conventions (every function):
   - Normalised inputs: ops that start with an RMSNorm take the un-normalised x, its gamma and eps, and optionally
     `cache=(h, rstd)` where h = x * gamma and rstd = 1/sqrt(mean(x^2) + eps) came out of the op before
     (linear_residual_rmsnorm, swiglu_mlp, rmsnorm_prepare). The cache is a forward-only shortcut: gradients flow to x
-    and gamma (one fused backward kernel, MATH.md B2), never through h or rstd, which are non-differentiable.
+    and gamma (one fused backward kernel, MATH.md's linear_residual_rmsnorm_bwd), never through h or rstd, which are
+    non-differentiable.
   - Errors: TypeError / ValueError naming the argument and the rule, raised before any kernel runs; the library's
     own checks (alignment, strides, aliasing, GPU architecture) raise the same way with its rule, in the op's and
     its caller's names ("coda.swiglu_mlp: `w_down`: ... (checked by coda_linear_residual_rmsnorm)"). Feature
@@ -143,7 +144,7 @@ def rmsnorm_prepare(x, gamma, eps=1e-6):
 
 @_library_names(linear_residual_rmsnorm=_same("a", "w", "residual", "gamma", "eps"))
 def linear_residual_rmsnorm(a, w, residual, gamma, eps=1e-6):
-    """F1: x = a w^T + residual, and the next RMSNorm's first half h = x * gamma, rstd = 1/sqrt(mean(x^2) + eps).
+    """x = a w^T + residual, and the next RMSNorm's first half h = x * gamma, rstd = 1/sqrt(mean(x^2) + eps).
 
     a [..., k]; w [d, k]; residual [..., d]; gamma [d] (the next norm's weight); all one dtype.
     Returns (x [..., d], h [..., d], rstd [...] fp32). x is differentiable (to a, w, residual); h and rstd are the
@@ -172,8 +173,9 @@ def linear_residual_rmsnorm(a, w, residual, gamma, eps=1e-6):
 
 @_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale={**_CACHE, "w": "w"})
 def rmsnorm_linear(x, gamma, w, eps=1e-6, *, cache=None):
-    """F2: y = rmsnorm(x) w^T = diag(rstd) (x * gamma) w^T, the normalisation applied as a row scale in the GEMM
-    epilogue. Backward: one fused dgrad (B2) gives dx and dgamma; dW = dy^T a.
+    """y = rmsnorm(x) w^T = diag(rstd) (x * gamma) w^T, the normalisation applied as a row scale in the GEMM
+    epilogue (linear_rowscale). Backward: one fused dgrad (linear_residual_rmsnorm_bwd) gives dx and dgamma;
+    dW = dy^T a.
 
     x [..., d]; gamma [d]; w [n, d]; one dtype. Returns y [..., n]. Any n: on CUDA, n that is not a multiple of 8
     runs on a zero-padded copy of w (one weight-sized copy per call) and y is a view of the first n columns.
@@ -210,7 +212,8 @@ def _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_hea
     **_CACHE, **_same("w_qkv", "positions", "inv_freq", "n_q_heads", "n_kv_heads", "head_dim")})
 def rmsnorm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *,
                       cache=None):
-    """F4: qkv = RoPE(rmsnorm(x) w_qkv^T), q and k rotated by theta = positions * inv_freq, v passed through.
+    """qkv = RoPE(rmsnorm(x) w_qkv^T) (linear_rowscale_rope), q and k rotated by theta = positions * inv_freq, v
+    passed through.
 
     x [..., d]; gamma [d]; w_qkv [(n_q_heads + 2 n_kv_heads) head_dim, d] with q/k rows RoPE-paired per head
     (coda.layout.pair_rope_rows); positions [...] integer token positions (0 <= pos < 2^24; any order: packed
@@ -218,7 +221,8 @@ def rmsnorm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads
     host synchronisation; the angle accuracy is documented up to 2^24); inv_freq [head_dim/2] fp32 (scaled RoPE variants
     are the caller's choice); head_dim 64 or 128.
     Returns qkv [..., (n_q_heads + 2 n_kv_heads) head_dim], columns [q heads | k heads | v heads], each head with
-    its rotary pairs adjacent (dimension 2i, 2i+1 is pair i). Backward: B1 (RoPE^T and the row dot) + B2.
+    its rotary pairs adjacent (dimension 2i, 2i+1 is pair i). Backward: rope_bwd_zdz (RoPE^T and the row dot) +
+    linear_residual_rmsnorm_bwd.
     """
     op = "rmsnorm_qkv_rope"
     _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)
@@ -236,7 +240,7 @@ def rmsnorm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads
                       "qk_eps")})
 def rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
                               head_dim, eps=1e-6, qk_eps=None, *, cache=None):
-    """F4 with QK-norm (Qwen3 style; MATH.md "F4 with QK-norm"): qkv = RoPE(qk_norm(rmsnorm(x) w_qkv^T)),
+    """qkv = RoPE(qk_norm(rmsnorm(x) w_qkv^T)) (Qwen3 style; MATH.md "linear_rowscale_qk_norm_rope"),
     where qk_norm RMS-normalises each q head with q_gamma and each k head with k_gamma over its head_dim columns
     (epsilon qk_eps, default eps); v passes through.
 
@@ -244,8 +248,9 @@ def rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_f
     applied to a [head_dim, 1] view of HF's q_norm / k_norm weight; the per-head mean does not depend on the order).
     Returns qkv as rmsnorm_qkv_rope does. Forward: one fused GEMM (coda_linear_rowscale_qk_norm_rope: the input
     norm's row scale, the per-head norm, gamma and RoPE in its epilogue), which also stores the pre-norm z [tokens,
-    W] for the backward (saved instead of qkv). Backward: B1 with QK-norm from z (MATH.md; one kernel,
-    coda_qk_norm_rope_bwd_zdz: dz, zdz and the q/k gamma gradients, deterministic), then B2.
+    W] for the backward (saved instead of qkv). Backward: the QK-norm + RoPE backward from z (MATH.md; one kernel,
+    coda_qk_norm_rope_bwd_zdz: dz, zdz and the q/k gamma gradients, deterministic), then
+    coda_linear_residual_rmsnorm_bwd.
     """
     op = "rmsnorm_qkv_qk_norm_rope"
     _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps)
@@ -267,12 +272,13 @@ def rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_f
 @_library_names(rmsnorm_prepare=_PREPARE, linear_rowscale_swiglu={**_CACHE, "w_gu": "w_gu"},
                  linear_residual_rmsnorm={"w": "w_down", "residual": "x", "gamma": "next_gamma", "eps": "eps"})
 def swiglu_mlp(x, gamma, w_gu, w_down, eps=1e-6, *, cache=None, next_gamma=None):
-    """The SwiGLU MLP with its residual (F3 + F1): z = rmsnorm(x) w_gu^T, y = silu(z_gate) z_up,
-    x_out = x + y w_down^T; also the next norm's cache h_next = x_out * next_gamma, rstd_next.
+    """The SwiGLU MLP with its residual (linear_rowscale_swiglu + linear_residual_rmsnorm): z = rmsnorm(x) w_gu^T,
+    y = silu(z_gate) z_up, x_out = x + y w_down^T; also the next norm's cache h_next = x_out * next_gamma, rstd_next.
 
     x [..., d]; gamma [d]; w_gu [2F, d] gate/up interleaved (coda.layout.interleave_gate_up); w_down [d, F];
     next_gamma [d] or None (no next norm: ones). Returns (x_out [..., d], (h_next, rstd_next)). Saves z [tokens, 2F]
-    for the backward (B3 then B2); y and the normalised x are recomputed there, not stored.
+    for the backward (linear_swiglu_bwd_zdz then linear_residual_rmsnorm_bwd); y and the normalised x are recomputed
+    there, not stored.
     """
     op = "swiglu_mlp"
     _norm_args(op, x, gamma, w_gu, eps, ("x", "gamma", "w_gu"))
@@ -387,9 +393,10 @@ def _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap):
     linear_cross_entropy_bwd={**_CACHE, **_same("w", "x", "gamma", "targets", "chunk_rows"), **_CE_OPTIONS})
 def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_index=-100, reduction="mean",
                          label_smoothing=0.0, z_loss=0.0, softcap=None, chunk_rows=0):
-    """Final RMSNorm + LM head + cross-entropy without the logits in memory (F5/F6 and the chunked LM-head
-    backward): l = rmsnorm(x; gamma) w^T, optionally softcapped, loss as torch.nn.functional.cross_entropy(l, targets,
-    ignore_index, reduction, label_smoothing) plus z_loss * lse^2 per row.
+    """Final RMSNorm + LM head + cross-entropy without the logits in memory (linear_rowscale_lse / cross_entropy
+    and the chunked LM-head backward): l = rmsnorm(x; gamma) w^T, optionally softcapped, loss as
+    torch.nn.functional.cross_entropy(l, targets, ignore_index, reduction, label_smoothing) plus z_loss * lse^2 per
+    row.
 
     x [..., d]; gamma [d]; w [V, d] (any V); targets [...] int64/int32 (ignore_index rows give 0 loss
     and 0 gradient; mean averages over the other rows, and is 0 when every row is ignored, where torch gives NaN; a
@@ -431,7 +438,7 @@ def linear_cross_entropy(x, gamma, w, targets, eps=1e-6, *, cache=None, ignore_i
 @_library_names(cross_entropy={**_same("logits", "targets"), **_CE_OPTIONS})
 def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, z_loss=0.0,
                   softcap=None):
-    """F6: cross-entropy over stored logits (as torch.nn.functional.cross_entropy, plus z_loss and softcap).
+    """Cross-entropy over stored logits (as torch.nn.functional.cross_entropy, plus z_loss and softcap).
 
     logits [..., V] bf16/fp16 (CUDA) or any float (CPU), any V and row stride (rows that are not 16-byte vectors
     take a slower scalar path); targets [...] int64/int32. Returns the fp32 loss ([] for mean/sum, [...] for none);

@@ -238,23 +238,23 @@ CODA_API coda_status coda_block_forward(const coda_block_config* config, const c
     float* const rstd1 = static_cast<float*>(sv.rstd1.data);
     float* const rstd2 = static_cast<float*>(sv.rstd2.data);
     // h1 then h2 share one [M, d] temporary; y1 is [M, F]; both dense.
-    step("F1 (out-projection + residual + RMSNorm 1)", [&] {
+    step("linear_residual_rmsnorm (out-projection + residual + RMSNorm 1)", [&] {
       coda::ops::linear_residual_rmsnorm(s.M, s.d, s.qo, y0->data, row_stride(*y0, s.qo), w.w_o.data,
                                          row_stride(w.w_o, s.qo), x0->data, row_stride(*x0, s.d), w.gamma1.data,
                                          config->eps, sv.x1.data, row_stride(sv.x1, s.d), plan.h, s.d, rstd1,
                                          plan.op_ws, plan.op_ws_bytes, fp16, st);
     });
-    step("F3 (gate/up + SwiGLU)", [&] {
+    step("linear_rowscale_swiglu (gate/up + SwiGLU)", [&] {
       coda::ops::linear_rowscale_swiglu(s.M, 2 * s.F, s.d, plan.h, s.d, w.w_gu.data, row_stride(w.w_gu, s.d), rstd1,
                                         sv.z1.data, row_stride(sv.z1, 2 * s.F), plan.y1, s.F, fp16, st);
     });
-    step("F1 (down-projection + residual + RMSNorm 2)", [&] {
+    step("linear_residual_rmsnorm (down-projection + residual + RMSNorm 2)", [&] {
       coda::ops::linear_residual_rmsnorm(s.M, s.d, s.F, plan.y1, s.F, w.w_down.data, row_stride(w.w_down, s.F),
                                          sv.x1.data, row_stride(sv.x1, s.d), w.gamma2.data, config->eps, sv.x2.data,
                                          row_stride(sv.x2, s.d), plan.h, s.d, rstd2, plan.op_ws, plan.op_ws_bytes,
                                          fp16, st);
     });
-    step("F4 (q/k/v + RoPE)", [&] {
+    step("linear_rowscale_rope (q/k/v + RoPE)", [&] {
       coda::ops::linear_rowscale_rope(s.M, s.W, s.d, plan.h, s.d, w.w_qkv.data, row_stride(w.w_qkv, s.d), rstd2,
                                       static_cast<int32_t const*>(positions->data),
                                       static_cast<float const*>(inv_freq->data), config->n_q_heads,
@@ -335,16 +335,17 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
         });
       }
     }
-    // 1. B1: dz_qkv (over dqkv) and zdz2 = (1/d) <qkv, dqkv>.
+    // 1. rope_bwd_zdz: dz_qkv (over dqkv) and zdz2 = (1/d) <qkv, dqkv>.
     if (s.M > 0) {
-      step("B1 (RoPE backward)", [&] {
+      step("rope_bwd_zdz (RoPE backward)", [&] {
         coda::kernels::rope_bwd_zdz(coda::kernels::rope_bwd_args(sv.qkv, *dqkv, *positions, *inv_freq,
                                                                  config->n_q_heads, config->n_kv_heads,
                                                                  config->head_dim, s.d, *dqkv, plan.zdz2),
                                     st);
       });
-      // 2. B2 with W_qkv: dx2 (into dx0) = dx2_in + RMSNorm-2 backward of dz_qkv W_qkv; a2; dgamma2.
-      step("B2 (q/k/v dgrad + RMSNorm 2 backward)", [&] {
+      // 2. linear_residual_rmsnorm_bwd with W_qkv: dx2 (into dx0) = dx2_in + RMSNorm-2 backward of dz_qkv W_qkv; a2;
+      // dgamma2.
+      step("linear_residual_rmsnorm_bwd (q/k/v dgrad + RMSNorm 2 backward)", [&] {
         coda::ops::linear_residual_rmsnorm_bwd(
             s.M, s.d, s.W, dqkv->data, row_stride(*dqkv, s.W), w.w_qkv.data, row_stride(w.w_qkv, s.d), sv.x2.data,
             row_stride(sv.x2, s.d), w.gamma2.data, static_cast<float const*>(sv.rstd2.data), plan.zdz2,
@@ -355,9 +356,9 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     // 3. dW_qkv = dz_qkv^T a2.
     coda_tensor const dq_t = transposed(*dqkv), a_t = transposed(a);
     step(coda_gemm(&dq_t, &a_t, &grads->w_qkv, 1.0f, 0, ws, wsb, stream), "dW_qkv = dz_qkv^T a2");
-    // 4. B3 with W_down: dz1 (over z1), y1, zdz1 from dx2.
+    // 4. linear_swiglu_bwd_zdz with W_down: dz1 (over z1), y1, zdz1 from dx2.
     if (s.M > 0) {
-      step("B3 (down dgrad + SwiGLU backward)", [&] {
+      step("linear_swiglu_bwd_zdz (down dgrad + SwiGLU backward)", [&] {
         coda::ops::linear_swiglu_bwd_zdz(s.M, s.F, s.d, dx0_out->data, row_stride(*dx0_out, s.d), w.w_down.data,
                                          row_stride(w.w_down, s.F), sv.z1.data, row_stride(sv.z1, 2 * s.F),
                                          sv.z1.data, row_stride(sv.z1, 2 * s.F), plan.y1, s.F, plan.zdz1, fp16, ws,
@@ -367,9 +368,10 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     // 5. dW_down = dx2^T y1.
     coda_tensor const dx2_t = transposed(*dx0_out), y1_t = transposed(y1);
     step(coda_gemm(&dx2_t, &y1_t, &grads->w_down, 1.0f, 0, ws, wsb, stream), "dW_down = dx2^T y1");
-    // 6. B2 with W_gu: dx1 = dx2 + RMSNorm-1 backward of dz1 W_gu (in place in dx0); a1; dgamma1.
+    // 6. linear_residual_rmsnorm_bwd with W_gu: dx1 = dx2 + RMSNorm-1 backward of dz1 W_gu (in place in dx0); a1;
+    // dgamma1.
     if (s.M > 0) {
-      step("B2 (gate/up dgrad + RMSNorm 1 backward)", [&] {
+      step("linear_residual_rmsnorm_bwd (gate/up dgrad + RMSNorm 1 backward)", [&] {
         coda::ops::linear_residual_rmsnorm_bwd(
             s.M, s.d, 2 * s.F, sv.z1.data, row_stride(sv.z1, 2 * s.F), w.w_gu.data, row_stride(w.w_gu, s.d),
             sv.x1.data, row_stride(sv.x1, s.d), w.gamma1.data, static_cast<float const*>(sv.rstd1.data), plan.zdz1,

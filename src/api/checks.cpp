@@ -25,6 +25,29 @@ LinearShape check_linear(Arg a, Arg w) {
   return {a.size(0), w.size(0), a.size(1)};
 }
 
+LinearShape check_rowscale_inputs(Arg h, Arg w, Arg rstd) {
+  LinearShape const s = check_linear(h, w);
+  check_vector(rstd, s.M, {CODA_FP32}, "M", "h.sizes[0]");
+  return s;
+}
+
+LinearShape check_dgrad(Arg dz, Arg w) {
+  require_tensor(dz);
+  require_tensor(w);
+  require_rank(dz, 2);
+  require_rank(w, 2);
+  require_dtype(dz, {CODA_BF16, CODA_FP16});
+  require_same_dtype(w, dz);
+  require_size(w, 0, dz.size(1), "rows = dz features", "dz.sizes[1]");
+  if (dz.size(1) == 0) fail(CODA_ERROR_SHAPE, dz.name, ": sizes[1] must be > 0");
+  if (w.size(1) == 0) fail(CODA_ERROR_SHAPE, w.name, ": sizes[1] must be > 0");
+  require_row_major(dz);
+  require_row_major(w);
+  require_tma_aligned(dz, true);
+  require_tma_aligned(w, true);
+  return {dz.size(0), w.size(1), dz.size(1)};
+}
+
 void check_activation(Arg t, Arg like, int64_t rows, int64_t cols, char const* rows_what, char const* cols_what) {
   require_tensor(t);
   require_rank(t, 2);
@@ -99,6 +122,13 @@ void check_eps(float eps) {
 
 size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+size_t col_partials_bytes(int64_t M, int64_t N) {
+  if (M <= 0 || N <= 0) return 0;
+  size_t const tiles = static_cast<size_t>((M + 63) / 64);
+  size_t const n_pad = static_cast<size_t>((N + 255) / 256 * 256);
+  return round_up_256(tiles * n_pad * sizeof(float));
+}
+
 size_t row_partials_bytes(int64_t M, int64_t N) { return row_partials_bytes(M, N, 256, 128); }
 
 size_t row_partials_bytes(int64_t M, int64_t N, int64_t tile_m, int64_t tile_n) {
@@ -108,8 +138,8 @@ size_t row_partials_bytes(int64_t M, int64_t N, int64_t tile_m, int64_t tile_n) 
   return round_up_256(tiles * m_pad * sizeof(float));
 }
 
-// Shared by F4 and B1: head counts, head_dim, positions [M] int32 and inv_freq [head_dim/2] fp32; returns the
-// qkv width (Hq + 2 Hkv) * head_dim.
+// Shared by linear_rowscale_rope and rope_bwd_zdz (and their QK-norm twins): head counts, head_dim, positions [M] int32
+// and inv_freq [head_dim/2] fp32; returns the qkv width (Hq + 2 Hkv) * head_dim.
 int64_t check_rope_args(Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
                         int64_t M) {
   if (head_dim != 64 && head_dim != 128) {

@@ -89,8 +89,4 @@ void step(char const* what, Run&& run) {
   }
 }
 
-/// The row stride a kernel takes for a row-major [rows, cols] tensor (cols when there is one row: its stride is
-/// then free).
-inline int64_t row_stride(coda_tensor const& t, int64_t cols) { return t.sizes[0] > 1 ? t.strides[0] : cols; }
-
 }  // namespace coda::api

@@ -1,9 +1,10 @@
-// C ABI of the LM head + cross-entropy backward (coda_linear_cross_entropy_bwd): validation of the whole call, then
-// per chunk of rows F2 (recomputed logits) -> F6 (dlogits in place, zdz) -> B2 (dx, a, dgamma of the chunk) -> dW +=
-// dlogits^T a (fp32), so dlogits exist for one chunk at a time. The ops run through their own C entry points (a
-// failure there, after this validation, is a CODA bug reported with the step) plus two tiny internal kernels (the
-// mean's gradient scale over all rows, the fixed-order dgamma sum over chunks). Also coda_scale_cast, which the
-// training step's backward applies to the fp32 weight gradient this call leaves.
+// C ABI of the LM head + cross-entropy backward (coda_linear_cross_entropy_bwd): validation of the whole call, then per
+// chunk of rows linear_rowscale (recomputed logits) -> cross_entropy (dlogits in place, zdz) ->
+// linear_residual_rmsnorm_bwd (dx, a, dgamma of the chunk) -> dW += dlogits^T a (fp32), so dlogits exist for one chunk
+// at a time. The ops run through their own C entry points (a failure there, after this validation, is a CODA bug
+// reported with the step) plus two tiny internal kernels (the mean's gradient scale over all rows, the fixed-order
+// dgamma sum over chunks). Also coda_scale_cast, which the training step's backward applies to the fp32 weight gradient
+// this call leaves.
 #include <coda/coda.h>
 #include <cuda_runtime_api.h>
 
@@ -35,9 +36,9 @@ namespace {
 
 constexpr int64_t kDefaultChunkRows = 2048;  // dlogits chunk at V = 128256: 0.5 GiB bf16; the GEMMs stay large
 
-// Any V: the GEMMs' TMA operands need V % 8 == 0 where V is a contiguous extent (the logits' row, the dgrad's K,
-// dW's M in dlogits^T). Otherwise the chunk runs on Vp = V rounded up to 8: a copy of w with Vp - V zero rows gives
-// logits that are exactly 0 in the pad columns, F6 reads and writes only the V real ones (so the pad columns stay 0
+// Any V: the GEMMs' TMA operands need V % 8 == 0 where V is a contiguous extent (the logits' row, the dgrad's K, dW's M
+// in dlogits^T). Otherwise the chunk runs on Vp = V rounded up to 8: a copy of w with Vp - V zero rows gives logits
+// that are exactly 0 in the pad columns, cross_entropy reads and writes only the V real ones (so the pad columns stay 0
 // and add nothing to the dgrad), and dW's last V % 8 rows come from an 8-row GEMM into a small fp32 tail.
 int64_t padded_vocab(int64_t V) { return (V + 7) / 8 * 8; }
 
@@ -46,13 +47,15 @@ int64_t chunk_of(int64_t M, int64_t chunk_rows) {
   return std::max<int64_t>(1, std::min(c, M));
 }
 
-// The exponential form (MATH.md F6, "exponential form"): bf16 without label smoothing. Per chunk ce_exp_offset ->
-// the ExpCe logits GEMM (E = s exp(c - K) stored where the logits go) -> ce_exp_finish -> ce_exp_rescue -> B2 with
-// the row scale v -> the same dW GEMM on E. No pass over [C, V] between the GEMMs (F6 reads the logits twice and
-// writes dlogits). The default for those; CODA_LCE_LOGITS=1 forces the logits path (F2 -> F6 -> B2), which fp16 and
-// label smoothing always take. The target entry E_t is stored as bf16 and its residual lo is added to dW's target
-// rows after each chunk's wgrad (ce_exp_target_fix), so dW's target column sees E_t to fp32; dx and dgamma take
-// R(E_t) through B2, and a_w = R(v c gamma) stays one bf16 rounding (MATH.md F6, exponential form).
+// The exponential form (MATH.md `cross_entropy`, "exponential form"): bf16 without label smoothing. Per chunk
+// ce_exp_offset -> the ExpCe logits GEMM (E = s exp(c - K) stored where the logits go) -> ce_exp_finish ->
+// ce_exp_rescue -> linear_residual_rmsnorm_bwd with the row scale v -> the same dW GEMM on E. No pass over [C, V]
+// between the GEMMs (cross_entropy reads the logits twice and writes dlogits). The default for those; CODA_LCE_LOGITS=1
+// forces the logits path (linear_rowscale -> cross_entropy -> linear_residual_rmsnorm_bwd), which fp16 and label
+// smoothing always take. The target entry E_t is stored as bf16 and its residual lo is added to dW's target rows after
+// each chunk's wgrad (ce_exp_target_fix), so dW's target column sees E_t to fp32; dx and dgamma take R(E_t) through
+// linear_residual_rmsnorm_bwd, and a_w = R(v c gamma) stays one bf16 rounding (MATH.md `cross_entropy`, exponential
+// form).
 bool exponential_form(coda_dtype dt, coda_ce_options const& o) {
   return dt == CODA_BF16 && o.label_smoothing == 0.0f && !coda::runtime::env_flag("CODA_LCE_LOGITS");
 }
@@ -193,9 +196,9 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
     }
 
     // The gradient each row's loss receives: mean -> one scale over all rows (then "sum" per chunk); sum -> the
-    // caller's scalar; none -> the caller's per-row vector, chunk by chunk.
-    // F6 runs with reduction none on each chunk (per-row losses into loss_rows, or straight into loss_out for
-    // none), the gradient scale given as one scalar for mean/sum.
+    // caller's scalar; none -> the caller's per-row vector, chunk by chunk. cross_entropy runs with reduction none on
+    // each chunk (per-row losses into loss_rows, or straight into loss_out for none), the gradient scale given as one
+    // scalar for mean/sum.
     float const* const gl = grad_loss != nullptr ? static_cast<float const*>(grad_loss->data) : nullptr;
     float const* g_all = gl;
     if (o.reduction == CODA_REDUCTION_MEAN) {
@@ -260,7 +263,8 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
             dx_in != nullptr ? dx_in_c.data : nullptr, ld_dx_in, 1.0f, dx_c.data, ld_dx, p.a, d,
             static_cast<float*>(dgamma_c.data), false, p.op_ws, p.op_ws_bytes, st, p.v);
       } else {
-        step(coda_linear_rowscale(&h_c, &w_use, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream), "F2 (logits)");
+        step(coda_linear_rowscale(&h_c, &w_use, &rstd_c, &logits, p.op_ws, p.op_ws_bytes, stream),
+             "linear_rowscale (logits)");
         coda::kernels::CrossEntropyArgs ce;
         ce.dtype = dt;
         ce.M = rows, ce.V = V;
@@ -275,11 +279,11 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
         ce.dlogits = p.logits, ce.ld_dlogits = Vp;
         ce.zdz = p.zdz;
         ce.workspace = p.op_ws;
-        coda::kernels::cross_entropy(ce, st);  // F6: per-row loss, dlogits in place, zdz
+        coda::kernels::cross_entropy(ce, st);  // per-row loss, dlogits in place, zdz
         step(coda_linear_residual_rmsnorm_bwd(&logits, &w_use, &x_c, gamma, &rstd_c, &zdz,
                                               dx_in != nullptr ? &dx_in_c : nullptr, 1.0f, &dx_c, &a, &dgamma_c,
                                               p.op_ws, p.op_ws_bytes, stream),
-             "B2 (dgrad + final RMSNorm backward)");
+             "linear_residual_rmsnorm_bwd (dgrad + final RMSNorm backward)");
       }
       coda_tensor const a_t = transposed(a);
       if (V8 > 0) {

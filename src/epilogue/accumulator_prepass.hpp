@@ -2,13 +2,13 @@
 // runs Prepass::run over the consumer's whole accumulator tile, then Base::store's subtile loop. CUTLASS-heavy:
 // include only from epilogue programs.
 //
-// Why: the EVT callbacks see one epilogue subtile at a time (64 x 32 elements at the builder's choice), so a
-// statistic over a wider span of a row (a head's mean square, 64 or 128 columns) needs either a subtile as wide as
-// the span, whose fragment doubles the epilogue's live registers (F4 with QK-norm's 64 x 128 `_e128` configs), or
-// a pass over the accumulators before the loop. Every accumulator is in the thread's registers when store() begins,
-// and each thread later visits only its own accumulators, so a prepass can leave per-row values in shared memory
-// for the thread's own rows (its quad's: the four lanes that share a row) and the node reads them back in visit()
-// with no barrier beyond the warp's.
+// Why: the EVT callbacks see one epilogue subtile at a time (64 x 32 elements at the builder's choice), so a statistic
+// over a wider span of a row (a head's mean square, 64 or 128 columns) needs either a subtile as wide as the span,
+// whose fragment doubles the epilogue's live registers (linear_rowscale_qk_norm_rope's 64 x 128 `_e128` configs), or a
+// pass over the accumulators before the loop. Every accumulator is in the thread's registers when store() begins, and
+// each thread later visits only its own accumulators, so a prepass can leave per-row values in shared memory for the
+// thread's own rows (its quad's: the four lanes that share a row) and the node reads them back in visit() with no
+// barrier beyond the warp's.
 //
 // Prepass: a struct with
 //   template <class Acc, class TiledMma, class TensorStorage>

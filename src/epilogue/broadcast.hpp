@@ -40,8 +40,8 @@ void set_row_vector(RowArguments& a, T const* ptr, int64_t N) {
   a.dRow = {cute::_0{}, cute::_1{}, N};
 }
 
-// The vectors CODA's programs read, each under its own name (tree_args.hpp): a program sets them by name, and two
-// of one kind in one tree stay apart (B2 reads rstd, zdz and the row scale, all ColumnVector).
+// The vectors CODA's programs read, each under its own name (tree_args.hpp): a program sets them by name, and two of
+// one kind in one tree stay apart (linear_residual_rmsnorm_bwd reads rstd, zdz and the row scale, all ColumnVector).
 struct RstdName;
 struct ZdzName;
 struct RowScaleName;
@@ -52,7 +52,7 @@ struct InvFreqName;
 /// rstd [M] fp32: the input norm's 1 / rms per row (MATH.md).
 template <class TileShape>
 using Rstd = Named<ColumnVector<TileShape>, RstdName>;
-/// zdz [M] fp32: (1/d) <z, dz> per row, B2's input.
+/// zdz [M] fp32: (1/d) <z, dz> per row, linear_residual_rmsnorm_bwd's input.
 template <class TileShape>
 using Zdz = Named<ColumnVector<TileShape>, ZdzName>;
 /// v [M] fp32: a per-row scale of the GEMM's result (the LM head's exponential form).

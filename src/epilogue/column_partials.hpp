@@ -1,11 +1,11 @@
 // ColumnPartials: a custom sm90 EVT node that writes per-(M-tile, column) sums of its input over the tile's rows,
-// partials[t * ld + n] = sum_{m in M-tile t} v[m, n], and returns its input unchanged (B2's dgamma partials,
-// finished by kernels::column_sum in a fixed order: deterministic, no atomics, no CUTLASS workspace).
+// partials[t * ld + n] = sum_{m in M-tile t} v[m, n], and returns its input unchanged (linear_residual_rmsnorm_bwd's
+// dgamma partials, finished by kernels::column_sum in a fixed order: deterministic, no atomics, no CUTLASS workspace).
 //
-// Why not Sm90RowReduction, which computes the same partials: in the pingpong kernel its per-thread state went to
-// the stack (B2 with it: a 1136-byte frame and local loads/stores every subtile, 59 % of warp stalls on L1TEX at
-// the llama3-1B q/k/v dgrad; without it: 0 bytes). This node keeps only the current epilogue column strip in
-// registers (one register per column the thread owns in the subtile, the rows folded in by stride-0 M modes):
+// Why not Sm90RowReduction, which computes the same partials: in the pingpong kernel its per-thread state went to the
+// stack (linear_residual_rmsnorm_bwd with it: a 1136-byte frame and local loads/stores every subtile, 59 % of warp
+// stalls on L1TEX at the llama3-1B q/k/v dgrad; without it: 0 bytes). This node keeps only the current epilogue column
+// strip in registers (one register per column the thread owns in the subtile, the rows folded in by stride-0 M modes):
 //   visit   adds the fragment (rows >= M and columns >= N masked to 0) into the strip registers;
 //   reduce  after the strip's last M-subtile: xor butterfly over the lanes along M (all lanes of the warp take
 //           part), lane m = 0 writes the warp's sums to its own smem row [warp][column], registers reset;

@@ -1,6 +1,6 @@
-// ExpCe: a custom sm90 EVT node for the LM head's backward (MATH.md F6, "exponential form"): it turns its input
-// fragment l (the fp32 logits rstd * acc) into the scaled exponentials the two gradient GEMMs read, with one
-// offset per row known before the GEMM, and per-(row, CTA N-tile) sums for the finishing kernel.
+// ExpCe: a custom sm90 EVT node for the LM head's backward (linear_cross_entropy_bwd's "exponential form", MATH.md): it
+// turns its input fragment l (the fp32 logits rstd * acc) into the scaled exponentials the two gradient GEMMs read,
+// with one offset per row known before the GEMM, and per-(row, CTA N-tile) sums for the finishing kernel.
 //
 // Per element (m, n) (n < vocab with kMaskColumns; the LM head's GEMM N may be V rounded up to 8):
 //   c = cap tanh(l / cap), s = 1 - tanh^2(l / cap)    (c = l, s = 1 without softcap; tanh_ex2 below)
@@ -13,10 +13,10 @@
 // K[m] = +inf (an ignored row) gives e = 0 everywhere, a NaN K gives NaN. Rows >= M are never written. No atomics,
 // no smem: deterministic.
 //
-// Why one offset per row: dl = v (.) E' with a per-row v once lse is known (kernels::ce_exp_finish), so both
-// consumer GEMMs keep plain smem-sourced mainloops and no pass over [M, V] runs between them (the logits path's F6).
-// The offset (the target's capped logit) bounds nothing from above: the finishing kernel sends rows whose
-// lse - K is too large to a recompute (kernels::ce_exp_rescue).
+// Why one offset per row: dl = v (.) E' with a per-row v once lse is known (kernels::ce_exp_finish), so both consumer
+// GEMMs keep plain smem-sourced mainloops and no pass over [M, V] runs between them (the logits path's cross_entropy).
+// The offset (the target's capped logit) bounds nothing from above: the finishing kernel sends rows whose lse - K is
+// too large to a recompute (kernels::ce_exp_rescue).
 //
 // Also target[m] = e at column targets[m] (the fp32 value inside the sums), written by the one thread that sees it.
 //

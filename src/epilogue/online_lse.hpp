@@ -1,5 +1,5 @@
-// OnlineLse: a custom sm90 EVT node (F5, MATH.md) that turns its input fragment v (the capped logits) into
-// per-(row, CTA N-tile) log-sum-exp partials and returns v unchanged (so the collective may still store D).
+// OnlineLse: a custom sm90 EVT node (linear_rowscale_lse, MATH.md) that turns its input fragment v (the capped logits)
+// into per-(row, CTA N-tile) log-sum-exp partials and returns v unchanged (so the collective may still store D).
 //
 // Per output row m and CTA N-tile t, over the tile's columns n < N only (overhang columns never enter the state;
 // their accumulators are 0, not -inf, so they are masked by coordinate):

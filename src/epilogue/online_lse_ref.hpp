@@ -1,6 +1,6 @@
 // Host reference of the OnlineLse EVT node's semantics (epilogue/online_lse.hpp), plain C++ in double: what the
 // node should leave in its four [T, Mpad] partial buffers for a given matrix of node inputs (the capped logits).
-// Used by the GPU unit test that reads the partials back from F5's workspace.
+// Used by the GPU unit test that reads the partials back from linear_rowscale_lse's workspace.
 #pragma once
 
 #include <algorithm>

@@ -13,10 +13,10 @@
 // Requirements (checked by the op's validation): N % 16 == 0, y 8-byte aligned, ldy % 4 == 0. Rows >= M and
 // columns >= N/2 (subtiles overhanging N) are not written; a 4-column y group is never partial (N/2 % 8 == 0).
 //
-// kRowScale: the node first multiplies its input by a per-row fp32 scale s[m] (F3's rstd), read from global memory
-// for the two rows of each subtile as it is visited, and returns v * s (y is built from the scaled values). A
-// Sm90ColBroadcast operand instead holds the tile's 4 row values in registers through the whole epilogue: with
-// the 192 accumulators of a pingpong 128x192 tile that spilled (12 bytes); loaded per subtile, nothing spills.
+// kRowScale: the node first multiplies its input by a per-row fp32 scale s[m] (linear_rowscale_swiglu's rstd), read
+// from global memory for the two rows of each subtile as it is visited, and returns v * s (y is built from the scaled
+// values). A Sm90ColBroadcast operand instead holds the tile's 4 row values in registers through the whole epilogue:
+// with the 192 accumulators of a pingpong 128x192 tile that spilled (12 bytes); loaded per subtile, nothing spills.
 //
 // Host reference of the node's semantics: pair_store_reference() below (plain C++, used by the unit test).
 #pragma once

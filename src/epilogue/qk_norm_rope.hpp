@@ -1,6 +1,6 @@
-// QkNormRope: a custom sm90 EVT node for F4 with QK-norm (MATH.md "F4 with QK-norm"): on the q/k projection's
-// fragment u = rstd[m] * acc (its child), per q and k head of row m
-//   r = 1 / sqrt(mean_j u_j^2 + eps),   n_j = u_j r gamma[j],   out = RoPE(n) (F4's pair rotation)
+// QkNormRope: a custom sm90 EVT node for linear_rowscale_qk_norm_rope (MATH.md): on the q/k projection's fragment
+// u = rstd[m] * acc (its child), per q and k head of row m
+//   r = 1 / sqrt(mean_j u_j^2 + eps),   n_j = u_j r gamma[j],   out = RoPE(n) (linear_rowscale_rope's pair rotation)
 // with gamma = q_gamma on q heads and k_gamma on k heads ([head_dim] fp32, in the paired column layout of the
 // heads); v heads pass through (out = u). Returns out; the collective rounds it once to D.
 //
@@ -13,9 +13,9 @@
 // tile's N origin is a multiple of 128. Which heads are q, k or v depends on the tile's column origin alone, so the
 // branches are uniform over the warp.
 //
-// Angles as F4 (rope_pair.hpp: exact for positions < 2^24); gamma and inv_freq are read per column pair with __ldg
-// (L1-resident, 1 KiB), the positions per row (two per visit; rows >= M read row M - 1 and are never stored).
-// Columns >= N hold zero accumulators (TMA zero fill); their heads are past the last v head and pass through.
+// Angles as linear_rowscale_rope's (rope_pair.hpp: exact for positions < 2^24); gamma and inv_freq are read per column
+// pair with __ldg (L1-resident, 1 KiB), the positions per row (two per visit; rows >= M read row M - 1 and are never
+// stored). Columns >= N hold zero accumulators (TMA zero fill); their heads are past the last v head and pass through.
 //
 // Requirements (checked by can_implement and the op's validation): pingpong (128 epilogue threads), a 128-wide N
 // tile and a 64 x 128 subtile; head_dim 64 or 128; inv_freq [head_dim / 2] fp32.

@@ -1,4 +1,5 @@
-// RopeRowscale: the elementwise functor of F4's epilogue (used as Sm90Compute<RopeRowscale, ...>; no custom node):
+// RopeRowscale: the elementwise functor of linear_rowscale_rope's epilogue (used as Sm90Compute<RopeRowscale, ...>;
+// no custom node):
 //
 //   z = rstd[m] * acc;   for each adjacent column pair (2i, 2i+1) with angle theta = pos[m] * inv_freq[n]:
 //   out[2i] = z[2i] cos(theta) - z[2i+1] sin(theta),   out[2i+1] = z[2i+1] cos(theta) + z[2i] sin(theta)
@@ -7,11 +8,11 @@
 // v columns, which then pass through exactly). Pairs are adjacent in one thread's fragment (CUTLASS_EVT.md
 // section 4), so the functor sees whole pairs at positions (2k, 2k+1).
 //
-// Angles are accurate at large positions (MATH.md F4: pos * inv_freq reaches 1e5..1e6 rad, where a float product
-// is off by up to ulp/2 ~ 4e-3..3e-2 rad): theta = hi + lo exactly (hi = fl(pos * f), lo = fma(pos, f, -hi);
-// pos < 2^24 is exact in float), then a three-constant Cody-Waite reduction by 2 pi with fma (the first step is
-// exact) and the hardware sin/cos on the reduced angle in [-pi, pi] (abs error ~4e-7). Total angle error < 1e-6 rad
-// for pos * f < 2^24, against ~2^-9 relative for the bf16 rounding of the output.
+// Angles are accurate at large positions (MATH.md, linear_rowscale_rope: pos * inv_freq reaches 1e5..1e6 rad, where a
+// float product is off by up to ulp/2 ~ 4e-3..3e-2 rad): theta = hi + lo exactly (hi = fl(pos * f),
+// lo = fma(pos, f, -hi); pos < 2^24 is exact in float), then a three-constant Cody-Waite reduction by 2 pi with fma
+// (the first step is exact) and the hardware sin/cos on the reduced angle in [-pi, pi] (abs error ~4e-7). Total angle
+// error < 1e-6 rad for pos * f < 2^24, against ~2^-9 relative for the bf16 rounding of the output.
 //
 // Host reference of the functor's semantics: rope_pair_reference() (double precision, plain C++).
 #pragma once

@@ -1,20 +1,21 @@
 // RowPartials: a custom sm90 EVT node that writes per-(row, N-tile) sums of f(v) over the tile's columns,
-// partials[t * Mpad + m] = sum_{n in N-tile t} f(v[m, n]) (fp32), and returns its input unchanged (F1's sums of
-// squares, finished by kernels::rmsnorm_rstd in a fixed order: deterministic, no atomics, no CUTLASS workspace).
+// partials[t * Mpad + m] = sum_{n in N-tile t} f(v[m, n]) (fp32), and returns its input unchanged
+// (linear_residual_rmsnorm's sums of squares, finished by kernels::rmsnorm_rstd in a fixed order: deterministic, no
+// atomics, no CUTLASS workspace).
 // The layout is that of Sm90ColReduction<..., FinalReduction = false>: Mpad = round_up(M, CTA_M), batch L = 1.
 //
-// Why not Sm90ColReduction, which computes the same partials: it keeps one register per row the thread owns in
-// the tile (4 in a 128-row pingpong tile) through the whole epilogue; with the 192 accumulators of a pingpong
-// 128x192 tile that spilled (12 bytes; without the reduction, none). Here the running sums live in thread-private
-// shared-memory words (smem_row_sums.hpp, shared with B3's node).
+// Why not Sm90ColReduction, which computes the same partials: it keeps one register per row the thread owns in the tile
+// (4 in a 128-row pingpong tile) through the whole epilogue; with the 192 accumulators of a pingpong 128x192 tile that
+// spilled (12 bytes; without the reduction, none). Here the running sums live in thread-private shared-memory words
+// (smem_row_sums.hpp, shared with linear_swiglu_bwd_zdz's node).
 //
 // Requirements: those of SmemRowSums (a wgmma fragment of 64-row subtiles per 128 threads, kThreads the epilogue's
 // thread count, not stream-K); batch L = 1; f(0) = 0 and an input of 0 at columns >= N, which the node sums unmasked.
-// F1's x there is 0 + 0: TMA zero-fills the weight rows and the residual columns past N. (Per-element column masks,
-// even behind a per-subtile branch, made pingpong 128x192 spill 68 bytes; without them, none. So where a row of A holds
-// an infinity, its padding columns give Inf * 0 = NaN and the row's rstd is NaN, where Sm90ColReduction's masks gave 0;
-// either way that row's outputs are not finite.) Rows >= M are not written.
-// F1's GPU tests check the partials through rstd (every compiled config, awkward M and N).
+// linear_residual_rmsnorm's x there is 0 + 0: TMA zero-fills the weight rows and the residual columns past N.
+// (Per-element column masks, even behind a per-subtile branch, made pingpong 128x192 spill 68 bytes; without them,
+// none. So where a row of A holds an infinity, its padding columns give Inf * 0 = NaN and the row's rstd is NaN, where
+// Sm90ColReduction's masks gave 0; either way that row's outputs are not finite.) Rows >= M are not written.
+// linear_residual_rmsnorm's GPU tests check the partials through rstd (every compiled config, awkward M and N).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,7 @@ namespace coda::epilogue {
 
 #if defined(__CUDACC__)
 
-/// f(v) = v * v (F1's sums of squares).
+/// f(v) = v * v (linear_residual_rmsnorm's sums of squares).
 struct Square {
   template <class T>
   CUTLASS_HOST_DEVICE T operator()(T v) const {

@@ -1,14 +1,16 @@
 // SmemRowSums: per-(row, N-tile) sums of an sm90 epilogue's wgmma fragment, kept as running sums in thread-private
 // shared-memory words across the tile's subtiles, then merged over the quad and written as fp32 partials
-// partials[t * Mpad + m] (t = the CTA's N-tile, Mpad = round_up(M, CTA_M), batch L = 1). Shared by F1's row-partials
-// node (row_partials.hpp) and B3's node (swiglu_bwd_pair.hpp); CUTLASS-heavy, include only from node headers.
+// partials[t * Mpad + m] (t = the CTA's N-tile, Mpad = round_up(M, CTA_M), batch L = 1). Shared by
+// linear_residual_rmsnorm's row-partials node (row_partials.hpp) and linear_swiglu_bwd_zdz's node
+// (swiglu_bwd_pair.hpp); CUTLASS-heavy, include only from node headers.
 //
-// Why shared memory: registers held across subtiles made the pingpong kernels spill (B3 at 128x128, F1 at
-// 128x192 with Sm90ColReduction). Each visit adds its subtile's two row sums (rows r and r + 8 of the fragment) to
-// the thread's pair of words for that epi_m: the first subtile along N writes them, the later ones read-add-write
-// (the collective loops epi_n outer, epi_m inner). end() merges the 4 lanes sharing a row (one warp along N) with
-// two xor-shuffles; lane 0 of the quad writes rows < M. Pingpong's two consumer warpgroups share the words; their
-// epilogues are serialized by the kernel's order barrier (end() runs inside the collective's store()).
+// Why shared memory: registers held across subtiles made the pingpong kernels spill (linear_swiglu_bwd_zdz at 128x128,
+// linear_residual_rmsnorm at 128x192 with Sm90ColReduction). Each visit adds its subtile's two row sums (rows r and
+// r + 8 of the fragment) to the thread's pair of words for that epi_m: the first subtile along N writes them, the
+// later ones read-add-write (the collective loops epi_n outer, epi_m inner). end() merges the 4 lanes sharing a row
+// (one warp along N) with two xor-shuffles; lane 0 of the quad writes rows < M. Pingpong's two consumer warpgroups
+// share the words; their epilogues are serialized by the kernel's order barrier (end() runs inside the collective's
+// store()).
 //
 // Requirements: the wgmma fragment of a 64x32 (EpilogueTileAuto) or 64x16 subtile per 128 threads, 16 or 8 elements
 // per thread (element 4j + 2h + e at (r + 8h, c + 8j + e), CUTLASS_EVT.md section 4), whose subtile is

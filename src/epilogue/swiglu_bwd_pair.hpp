@@ -1,4 +1,5 @@
-// SwigluBwdPair: a custom sm90 EVT node for B3 (MATH.md): the SwiGLU backward on the dgrad accumulator.
+// SwigluBwdPair: a custom sm90 EVT node for linear_swiglu_bwd_zdz (MATH.md): the SwiGLU backward on the dgrad
+// accumulator.
 //
 // Its input fragment is dy = dx w_down [M, F] (fp32). For every element (m, i) it reads the saved interleaved
 // pre-activation pair (g, u) = (z[m, 2i], z[m, 2i+1]) and, with s = sigmoid(g):
@@ -13,20 +14,20 @@
 // (CUTLASS_EVT.md section 4), so their dz columns 2c .. 2c+3 are 8 contiguous bytes: one 64-bit store per (row, j),
 // a quad covering 32 contiguous bytes (a full sector); no shuffles for the math.
 //
-// z reaches the node through the collective's TMA C load, viewed as 32-bit words: z [M, 2F] 16-bit is read as
-// C [M, F] with ElementC = float, ldc = ldz / 2, one word per accumulator element (its (g, u) pair, g in the low
-// half); the node takes it as its second child (Sm90SrcFetch<float>: the float-to-float copy keeps the bits). The
-// producer warp then loads z during the mainloop, ahead of the epilogue, where a consumer-side cp.async ring (the
-// previous design, stop 12-15) started only when the epilogue did and left the first subtile's DRAM latency
-// exposed (ncu: the largest single stall inside B3's epilogue at llama3-1B).
+// z reaches the node through the collective's TMA C load, viewed as 32-bit words: z [M, 2F] 16-bit is read as C [M, F]
+// with ElementC = float, ldc = ldz / 2, one word per accumulator element (its (g, u) pair, g in the low half); the node
+// takes it as its second child (Sm90SrcFetch<float>: the float-to-float copy keeps the bits). The producer warp then
+// loads z during the mainloop, ahead of the epilogue, where a consumer-side cp.async ring (the previous design, stop
+// 12-15) started only when the epilogue did and left the first subtile's DRAM latency exposed (ncu: the largest single
+// stall inside linear_swiglu_bwd_zdz's epilogue at llama3-1B).
 //
-// Row partials: per-row fp32 sums kept in thread-private smem words (registers held across subtiles made the
-// kernel spill) and merged over the quad at the tile's end (smem_row_sums.hpp, shared with F1's node), written to
-// partials[t, m] at m + Mpad * t, Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics:
+// Row partials: per-row fp32 sums kept in thread-private smem words (registers held across subtiles made the kernel
+// spill) and merged over the quad at the tile's end (smem_row_sums.hpp, shared with linear_residual_rmsnorm's node),
+// written to partials[t, m] at m + Mpad * t, Mpad = round_up(M, CTA_M), t = the CTA's N-tile (batch L = 1). No atomics:
 // deterministic. Rows >= M and columns >= F are neither loaded nor written.
 //
 // Registers: the 128 (128x128 tile) or 192 (128x192) accumulators stay live through the epilogue (docs/OPS.md
-// "B3" has what spilled and why).
+// "linear_swiglu_bwd_zdz" has what spilled and why).
 //
 // In place: dz may be z itself (same pointer and row stride): each z word is loaded (TMA, into this tile's C stage)
 // before the consumer that owns it passes the stage's full barrier, and only then overwritten by that consumer;
@@ -138,16 +139,16 @@ struct Sm90SwigluBwdPair
       cutlass::Array<float, FragmentSize> y;
       float part[2] = {0.0f, 0.0f};  // this subtile's row terms of rows r, r + 8
       // dz leaves in chunks, each computed in one branch-free block and then stored. 64x32 subtiles: two chunks of 8
-      // (column groups j = 0, 1 then 2, 3): a bounds check after every pair split the block and kept the scheduler
-      // from overlapping one pair's latency chain with the next; all 16 at once spilled. 64x16 subtiles (the 128x192
-      // tile, 192 accumulators): one pair per chunk, the smallest live set (ptxas: 12 bytes of spill stores against
-      // 24 with chunks of 4 and 8). There the store addresses are recomputed from Params (kernel parameter space)
-      // per store rather than kept as two 64-bit row pointers (60 -> 24 bytes); 64x32 subtiles keep the pointers
-      // (no register shortage at 128 accumulators, and two integer ops fewer per store). kNarrowChunk = 4 (chunks
-      // of two pairs, the pointers kept: 60 bytes of spill) measured faster under sustained load and is B3's pick
-      // at 128x192 (pp_128x192x64_c2x1_e16h, B3's op.cmake); kNarrowChunk = 2 is the pin pp_128x192x64_c2x1_e16. Streaming stores (.cs:
-      // evict-first): dz is not read again by this kernel. F % 8 == 0, so columns n and n + 1 are both inside or
-      // both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per chunk.
+      // (column groups j = 0, 1 then 2, 3): a bounds check after every pair split the block and kept the scheduler from
+      // overlapping one pair's latency chain with the next; all 16 at once spilled. 64x16 subtiles (the 128x192 tile,
+      // 192 accumulators): one pair per chunk, the smallest live set (ptxas: 12 bytes of spill stores against 24 with
+      // chunks of 4 and 8). There the store addresses are recomputed from Params (kernel parameter space) per store
+      // rather than kept as two 64-bit row pointers (60 -> 24 bytes); 64x32 subtiles keep the pointers (no register
+      // shortage at 128 accumulators, and two integer ops fewer per store). kNarrowChunk = 4 (chunks of two pairs, the
+      // pointers kept: 60 bytes of spill) measured faster under sustained load and is linear_swiglu_bwd_zdz's pick at
+      // 128x192 (pp_128x192x64_c2x1_e16h, its op.cmake); kNarrowChunk = 2 is the pin pp_128x192x64_c2x1_e16. Streaming
+      // stores (.cs: evict-first): dz is not read again by this kernel. F % 8 == 0, so columns n and n + 1 are both
+      // inside or both outside; a subtile wholly inside (all but the last row/column tiles) takes one branch per chunk.
       bool const inside = r + 8 < params->M && c + 8 * (FragmentSize / 4 - 1) < params->N;
       constexpr int kChunk = FragmentSize == 16 ? 8 : kNarrowChunk;
       constexpr bool kHeldRows = FragmentSize == 16 || kNarrowChunk > 2;  // the row pointers kept in registers
@@ -170,8 +171,8 @@ struct Sm90SwigluBwdPair
             float ex, s;
             asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(ex) : "f"(g * -1.4426950408889634f));
             asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(1.0f + ex));
-            // Factored so each output is one or two dependent operations on shared products (B3 is bound by the
-            // epilogue's instruction latency): with su = s u and dyy = d y,
+            // Factored so each output is one or two dependent operations on shared products (linear_swiglu_bwd_zdz is
+            // bound by the epilogue's instruction latency): with su = s u and dyy = d y,
             //   dg = d s u (1 + g (1 - s)) = d su + dyy (1 - s),  du = d g s,  g dg + u du = dyy (2 + g (1 - s)).
             float const su = s * u, yv = g * su, dyy = d * yv, oms = 1.0f - s;
             float const dg = fmaf(dyy, oms, d * su);

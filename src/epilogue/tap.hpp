@@ -9,15 +9,17 @@
 // output to one compute type and keeps a fragment per DAG node; a tree of taps passes only direct children's
 // fragments and lets the inner node keep its own state. Unlike Sm90SplitTreeVisitor (whose output and aux trees
 // receive the input tree's value as their "accumulator"), every node of the tree still sees the real accumulator.
-// (B2's stack frame was not the DAG's: the stock Sm90RowReduction caused it, as a tree too; column_partials.hpp.)
+// (linear_residual_rmsnorm_bwd's stack frame was not the DAG's: the stock Sm90RowReduction caused it, as a tree too;
+// column_partials.hpp.)
 //
 // Fn is a default-constructible functor template instantiated as Fn<cutlass::Array<float, N>> and called as
 // fn(acc, first, rest...) on fp32 fragments (acc converted to fp32, the inputs as their children return them); its
 // result goes to Inner's visit. Inner keeps its Arguments, Params, SharedStorage and every other callback
 // (begin, reduce, postreduce, tma_store, end, ...); only visit is replaced.
 //
-// Checked through B2 (tests/gpu/test_fused_backward.cpp): its a output is Tap<AuxStore> and the raw dgamma partials
-// in FusedBackward.ColumnPartialsNode are Tap<ColumnPartials, acc * c>, both against float64 references.
+// Checked through linear_residual_rmsnorm_bwd (tests/gpu/test_fused_backward.cpp): its a output is Tap<AuxStore> and
+// the raw dgamma partials in FusedBackward.ColumnPartialsNode are Tap<ColumnPartials, acc * c>, both against float64
+// references.
 #pragma once
 
 #include <utility>

@@ -9,9 +9,9 @@
 //   epilogue::for_each_node<Rstd, Fusion>(out, [&](auto& a) { epilogue::set_column_vector(a, args.rstd, op.M); });
 //   epilogue::node_args<ZStore, Fusion>(out).ptr_aux = args.z;   // exactly one node of that type
 //
-// A node type that appears twice (one loaded vector read by two subtrees) gets the same arguments at both places;
-// two leaves of one kind that carry different vectors (B2's rstd and zdz, both ColumnVector) need distinct types:
-// Named<Node, Name> below, with the shared names in broadcast.hpp.
+// A node type that appears twice (one loaded vector read by two subtrees) gets the same arguments at both places; two
+// leaves of one kind that carry different vectors (linear_residual_rmsnorm_bwd's rstd and zdz, both ColumnVector) need
+// distinct types: Named<Node, Name> below, with the shared names in broadcast.hpp.
 #pragma once
 
 #include <cute/tensor.hpp>

@@ -65,33 +65,35 @@ struct Pp128x192x64C2x1D6 : Pp128x192x64C2x1 {
 };
 /// The same mainloop with 64x16 epilogue subtiles (8 accumulator elements per thread per visit, half of
 /// EpilogueTileAuto's 64x32): a smaller epilogue live set beside the 192 accumulators, for programs that load C
-/// and would spill at the automatic subtile (B3: 124 bytes at 64x32).
+/// and would spill at the automatic subtile (linear_swiglu_bwd_zdz: 124 bytes at 64x32).
 struct Pp128x192x64C2x1E16 : Pp128x192x64C2x1 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_e16";
   using EpilogueTile = cute::Shape<cute::_64, cute::_16>;
 };
 /// Pingpong 128x128 with one 64x128 epilogue subtile per half tile (64 accumulator elements per thread per visit):
 /// every visit holds whole rows of the N tile, for programs that reduce over 64- or 128-column groups of a row (the
-/// per-head norm of F4 with QK-norm, epilogue/qk_norm_rope.hpp).
+/// per-head norm of linear_rowscale_qk_norm_rope, epilogue/qk_norm_rope.hpp).
 struct Pp128x128x64C2x1E128 : Pp128x128x64C2x1 {
   static constexpr char const* kName = "pp_128x128x64_c2x1_e128";
   using EpilogueTile = cute::Shape<cute::_64, cute::_128>;
 };
 /// Pingpong 192x128 (192 fp32 accumulators per consumer thread): 1.5x the 128x128 tile's FLOPs per A/B load;
 /// quack's qk_rope epilogue ran fastest on it at llama3-1B/8B's q/k/v widths (bench/results/vs_quack/f4qk/). Not
-/// compiled by itself (F4 with QK-norm's program spilled 84 bytes at its 64x32 subtiles): the base of the e16 below.
+/// compiled by itself (linear_rowscale_qk_norm_rope's program spilled 84 bytes at its 64x32 subtiles): the base of
+/// the e16 below.
 struct Pp192x128x64C2x1 : Mainloop<192, 128, 2, 1, true, false> {
   static constexpr char const* kName = "pp_192x128x64_c2x1";
 };
 /// The same 192x128 tile with 64x16 subtiles (8 elements per thread per visit): a smaller epilogue live set beside
-/// the 192 accumulators (F4 with QK-norm's prepass program: 0 spill).
+/// the 192 accumulators (linear_rowscale_qk_norm_rope's prepass program: 0 spill).
 struct Pp192x128x64C2x1E16 : Pp192x128x64C2x1 {
   static constexpr char const* kName = "pp_192x128x64_c2x1_e16";
   using EpilogueTile = cute::Shape<cute::_64, cute::_16>;
 };
-/// The same 128x192 tile with B3's earlier 64x16 epilogue code: dz in chunks of two pairs with both row pointers
-/// kept (`kNarrowChunk`, epilogue/swiglu_bwd_pair.hpp): 60 bytes of spill stores where e16 has 12, yet 0.95-0.98 of
-/// e16's time under sustained load in one run at llama3-8B/70B (bench/results/vs_quack/b3_e16h/): B3's pick there.
+/// The same 128x192 tile with linear_swiglu_bwd_zdz's earlier 64x16 epilogue code: dz in chunks of two pairs with
+/// both row pointers kept (`kNarrowChunk`, epilogue/swiglu_bwd_pair.hpp): 60 bytes of spill stores where e16 has 12,
+/// yet 0.95-0.98 of e16's time under sustained load in one run at llama3-8B/70B (bench/results/vs_quack/b3_e16h/):
+/// linear_swiglu_bwd_zdz's pick there.
 struct Pp128x192x64C2x1E16h : Pp128x192x64C2x1E16 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_e16h";
   static constexpr int kNarrowChunk = 4;

@@ -1,5 +1,6 @@
-// The LM head's cross-entropy backward in exponential form (MATH.md F6, "exponential form"): the three small
-// kernels around the ExpCe logits GEMM (ops/linear_rowscale_exp, epilogue/exp_ce.hpp) of one chunk of rows.
+// The LM head's cross-entropy backward in exponential form (linear_cross_entropy_bwd; MATH.md, cross_entropy's
+// "exponential form"): the three small kernels around the ExpCe logits GEMM (ops/linear_rowscale_exp,
+// epilogue/exp_ce.hpp) of one chunk of rows.
 //
 //   ce_exp_offset  one warp per row: l_t = rstd <h_m, w_t> and K[m] = cap(l_t) (fp32), K = +inf for an ignored row,
 //                  NaN for a target outside [0, V); resets the flag count. K is only an offset: any value near c_t
@@ -19,8 +20,9 @@
 // E_j = s_j e_j, e_j = exp(c_j - K) for j != t, S = sum_j e_j = exp(lse - K) and the GEMM's own e_t, the finish sets
 //   v   = g a / S,   E_t = s_t (e_t - S / a),   so that dl = v (.) E;
 //   zdz_scaled = zdz / v = (1/d) (sum_j l_j s_j e_j - s_t l_t S / a),
-// zdz being F6's (1/d) sum_j l_j dl_j. The rescue uses v = g exp(K' - lse) and E_j = a s_j exp(c_j - K'), which needs
-// no division by a. Both are exact rewrites; the dgrad applies v per row (B2 with a row scale).
+// zdz being cross_entropy's (1/d) sum_j l_j dl_j. The rescue uses v = g exp(K' - lse) and E_j = a s_j exp(c_j - K'),
+// which needs no division by a. Both are exact rewrites; the dgrad applies v per row (linear_residual_rmsnorm_bwd with
+// a row scale).
 // No float atomics (the list's order does not matter: each row's work is its own): same inputs, same bits.
 #include <cuda_runtime.h>
 

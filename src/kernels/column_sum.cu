@@ -1,9 +1,10 @@
-// The dgrad epilogues' small kernels. column_sum: the final reduce of per-tile partials (B2's dgamma, B3's zdz):
-// out[n] = scale * sum over tiles t in order 0..T-1 of partials[t * ld + n], accumulated in double, rounded once.
-// A block covers 32 columns x 8 tile groups: thread (x, g) sums tiles g, g + 8, g + 16, ... of column x in order
-// (coalesced across x), then thread (x, 0) adds the 8 group sums in order g = 0..7. Deterministic (the order depends
-// on T only) with 8x the parallelism of one thread per column: B2's dgamma at llama3-1B (N = 2048, T = 128) took
-// 17 us with one thread per column, 6 % of the fused GEMM.
+// The dgrad epilogues' small kernels. column_sum: the final reduce of per-tile partials (linear_residual_rmsnorm_bwd's
+// dgamma, linear_swiglu_bwd_zdz's zdz): out[n] = scale * sum over tiles t in order 0..T-1 of partials[t * ld + n],
+// accumulated in double, rounded once. A block covers 32 columns x 8 tile groups: thread (x, g) sums tiles g,
+// g + 8, g + 16, ... of column x in order (coalesced across x), then thread (x, 0) adds the 8 group sums in order
+// g = 0..7. Deterministic (the order depends on T only) with 8x the parallelism of one thread per column:
+// linear_residual_rmsnorm_bwd's dgamma at llama3-1B (N = 2048, T = 128) took 17 us with one thread per column, 6 % of
+// the fused GEMM.
 #include <cuda_runtime.h>
 
 #include "common/error.hpp"

@@ -1,4 +1,5 @@
-// F6: cross-entropy over stored logits, with its gradient and the zdz row dot (MATH.md F6; coda_cross_entropy).
+// cross_entropy: cross-entropy over stored logits, with its gradient and the zdz row dot (MATH.md;
+// coda_cross_entropy).
 //
 // Kernels, in stream order:
 //   1. ce_count_valid (reduction mean only): one block counts the non-ignored rows (integers: order-free).
@@ -320,8 +321,8 @@ __global__ void __launch_bounds__(kReduceThreads) ce_reduce_loss_kernel(float co
   }
 }
 
-/// Per-row loss from the LM head's row statistics (the fused F5 path: no logits): the same formula as ce_rows in
-/// double; 0 for ignored rows; NaN propagates from lse for an out-of-range target (lse_finish makes it NaN).
+/// Per-row loss from the LM head's row statistics (the fused linear_rowscale_lse path: no logits): the same formula as
+/// ce_rows in double; 0 for ignored rows; NaN propagates from lse for an out-of-range target (lse_finish makes it NaN).
 __global__ void ce_stats_rows_kernel(float const* __restrict__ lse, float const* __restrict__ target_logit,
                                      float const* __restrict__ logit_sum, void const* targets, bool is64, int64_t M,
                                      double inv_V, int64_t ignore_index, double label_smoothing, double z_loss,

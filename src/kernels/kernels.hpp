@@ -1,6 +1,7 @@
 // Launchers of CODA's non-GEMM kernels (ARCHITECTURE.md layer 6): the RMSNorm final reduce and first-layer norm
-// preparation, cross-entropy (F6) over stored logits and in exponential form, the RoPE backward with its row dot (B1), F5's
-// log-sum-exp finish over the GEMM epilogue's per-tile partials, and the scale-and-cast of an fp32 gradient.
+// preparation, cross_entropy over stored logits and in exponential form, the RoPE backward with its row dot
+// (rope_bwd_zdz), linear_rowscale_lse's log-sum-exp finish over the GEMM epilogue's per-tile partials, and the
+// scale-and-cast of an fp32 gradient.
 //
 // Plain host declarations: no CUTLASS, no device code, includable from any .cpp. Arguments are assumed valid
 // (src/api validates them first). Every launcher enqueues its kernels on `stream` without a host sync, checks each
@@ -78,12 +79,12 @@ struct CrossEntropyStatsArgs {
   float* loss = nullptr;                ///< [M] for reduction none, a scalar for mean/sum
   void* workspace = nullptr;            ///< cross_entropy_workspace_size(M) bytes, 256-byte aligned
 };
-/// The loss of F6 from per-row statistics instead of logits (the LM head without stored logits): loss[m] =
-/// (1-ls)(lse - l_t) + ls (lse - sum/V) + z_loss lse^2 in double, 0 for ignored rows, reduced like cross_entropy
-/// (same count and fixed-order reduction kernels).
+/// The loss of cross_entropy from per-row statistics instead of logits (the LM head without stored logits): loss[m] =
+/// (1-ls)(lse - l_t) + ls (lse - sum/V) + z_loss lse^2 in double, 0 for ignored rows, reduced like cross_entropy (same
+/// count and fixed-order reduction kernels).
 void cross_entropy_from_stats(CrossEntropyStatsArgs const& args, cudaStream_t stream);
-/// F6 (coda_cross_entropy). Up to three kernels: the non-ignored row count (reduction mean only), one block per row
-/// (statistics pass, then gradient pass), and a one-block fixed-order loss reduction (mean/sum).
+/// cross_entropy (coda_cross_entropy). Up to three kernels: the non-ignored row count (reduction mean only), one block
+/// per row (statistics pass, then gradient pass), and a one-block fixed-order loss reduction (mean/sum).
 void cross_entropy(CrossEntropyArgs const& args, cudaStream_t stream);
 /// The per-row gradient scale of a mean-reduced loss for a caller that processes rows in chunks: out[0] =
 /// (grad_loss ? grad_loss[0] : 1) / (number of rows m < M with targets[m] != ignore_index), in float exactly as
@@ -97,8 +98,9 @@ void ce_reduce_rows(float const* loss_rows, int64_t M, void const* targets, bool
 
 // ---- cross-entropy in exponential form, the LM head's backward (ce_exp.cu) -------------------------------------
 
-/// One chunk of rows of the exponential-form LM-head backward (MATH.md F6, "exponential form"; label smoothing 0,
-/// bf16). The offset K, the E matrix and the per-tile sums come from ops::linear_rowscale_exp.
+/// One chunk of rows of the exponential-form LM-head backward (linear_cross_entropy_bwd; MATH.md, cross_entropy's
+/// "exponential form"; label smoothing 0, bf16). The offset K, the E matrix and the per-tile sums come from
+/// ops::linear_rowscale_exp.
 struct CeExpArgs {
   int64_t M = 0, V = 0, d = 0;          ///< rows, vocabulary, hidden size (d % 8 == 0)
   void const* h = nullptr;              ///< [M, d] bf16, row stride ldh (16-byte aligned rows)
@@ -123,7 +125,7 @@ struct CeExpArgs {
   int64_t ld_e = 0;
   float* loss = nullptr;                ///< [M] per-row loss (0 ignored, NaN for a target outside [0, V))
   float* v = nullptr;                   ///< [M] row scale of dl = v (.) E
-  float* zdz = nullptr;                 ///< [M] zdz / v (F6's zdz divided by the row scale)
+  float* zdz = nullptr;                 ///< [M] zdz / v (cross_entropy's zdz divided by the row scale)
   int* flagged = nullptr;               ///< [M] scratch: the rows left to ce_exp_rescue
   unsigned* flag_count = nullptr;       ///< [1] scratch
 };
@@ -139,7 +141,7 @@ struct CeTargetFixArgs {
   void const* targets = nullptr;  ///< [M] int32 or int64
   bool targets_int64 = false;
   float const* lo = nullptr;      ///< [M] CeExpArgs::target_lo
-  void const* a = nullptr;        ///< [M, d] bf16 a_w (B2's a output), row stride ld_a
+  void const* a = nullptr;        ///< [M, d] bf16 a_w (linear_residual_rmsnorm_bwd's a output), row stride ld_a
   int64_t ld_a = 0;
   float* dw = nullptr;            ///< fp32 rows [0, V8) of dW, row stride ld_dw
   int64_t ld_dw = 0;
@@ -193,7 +195,7 @@ inline RopeBwdArgs rope_bwd_args(coda_tensor const& qkv, coda_tensor const& dqkv
   k.zdz = zdz;
   return k;
 }
-/// B1 (coda_rope_bwd_zdz): dz = R(-theta) dqkv per q/k pair (2i, 2i+1) of each head, v passes through;
+/// rope_bwd_zdz (coda_rope_bwd_zdz): dz = R(-theta) dqkv per q/k pair (2i, 2i+1) of each head, v passes through;
 /// zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j]. Angles pos * inv_freq and their sin/cos in double.
 void rope_bwd_zdz(RopeBwdArgs const& args, cudaStream_t stream);
 
@@ -203,7 +205,7 @@ struct QkNormRopeBwdArgs {
   coda_dtype dtype = CODA_BF16;  ///< z / dqkv / dz dtype
   int64_t M = 0;
   int32_t n_q_heads = 1, n_kv_heads = 1, head_dim = 64;  ///< width W = (n_q_heads + 2 n_kv_heads) head_dim
-  void const* z = nullptr;       ///< [M, W] the pre-norm projection (F4 with QK-norm's z), row stride ld_z
+  void const* z = nullptr;       ///< [M, W] linear_rowscale_qk_norm_rope's pre-norm projection z, row stride ld_z
   int64_t ld_z = 0;
   void const* dqkv = nullptr;    ///< [M, W], row stride ld_dqkv
   int64_t ld_dqkv = 0;
@@ -221,16 +223,17 @@ struct QkNormRopeBwdArgs {
   void* workspace = nullptr;     ///< qk_norm_rope_bwd_workspace_bytes(M, head_dim) fp32 partials
 };
 
-/// B1 with QK-norm (coda_qk_norm_rope_bwd_zdz): dz of the per-head norm and RoPE from the pre-norm z, zdz for the
-/// input norm's B2, and the q/k gamma gradients (per-block partials in the workspace, then column_sum).
+/// qk_norm_rope_bwd_zdz (coda_qk_norm_rope_bwd_zdz): dz of the per-head norm and RoPE from the pre-norm z, zdz for the
+/// input norm's linear_residual_rmsnorm_bwd, and the q/k gamma gradients (per-block partials in the workspace, then
+/// column_sum).
 void qk_norm_rope_bwd_zdz(QkNormRopeBwdArgs const& args, cudaStream_t stream);
 /// Bytes of its workspace: the gamma partials of at most 1024 blocks, 256-byte rounded; 0 for M <= 0.
 size_t qk_norm_rope_bwd_workspace_bytes(int64_t M, int64_t head_dim);
 
-// ---- RoPE frequencies for F4 (rope_freq.cu) ----------------------------------------------------------------------
+// ---- RoPE frequencies for linear_rowscale_rope (rope_freq.cu) ----------------------------------------------------
 
-/// out[n] = inv_freq[(n % head_dim) / 2] for the q and k columns n < (n_q_heads + n_kv_heads) * head_dim, 0 for the
-/// v columns; out has (n_q_heads + 2 n_kv_heads) * head_dim floats (F4's per-column broadcast vector).
+/// out[n] = inv_freq[(n % head_dim) / 2] for the q and k columns n < (n_q_heads + n_kv_heads) * head_dim, 0 for the v
+/// columns; out has (n_q_heads + 2 n_kv_heads) * head_dim floats (linear_rowscale_rope's per-column broadcast vector).
 void expand_rope_inv_freq(float const* inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
                           float* out, cudaStream_t stream);
 
@@ -245,12 +248,13 @@ void scale_cast(float const* src, float const* scale, coda_dtype out_dtype, void
 // ---- column partials (column_sum.cu) ----------------------------------------------------------------------------
 
 /// out[n] = scale * sum_{t = 0 .. tiles-1} partials[t * ld + n] (double accumulation, fixed order, rounded once),
-/// n < N; e.g. B2's dgamma from the dgrad epilogue's per-M-tile column partials, B3's zdz (scale 1/d) from its
-/// per-N-tile row partials. partials [tiles, ld >= N] fp32, out [N] fp32.
+/// n < N; e.g. linear_residual_rmsnorm_bwd's dgamma from the dgrad epilogue's per-M-tile column partials,
+/// linear_swiglu_bwd_zdz's zdz (scale 1/d) from its per-N-tile row partials. partials [tiles, ld >= N] fp32,
+/// out [N] fp32.
 void column_sum(float const* partials, int64_t tiles, int64_t ld, int64_t N, float* out, cudaStream_t stream,
                 double scale = 1.0);
 
-// ---- F5 log-sum-exp finish (lse_finish.cu) ----------------------------------------------------------------------
+// ---- linear_rowscale_lse log-sum-exp finish (lse_finish.cu) -----------------------------------------------------
 
 struct LseFinishArgs {
   int64_t M = 0, V = 0;

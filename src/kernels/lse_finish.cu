@@ -1,6 +1,6 @@
-// F5's finishing kernel: per row, merge the T per-N-tile (max, sumexp) partials written by the OnlineLse epilogue
-// node into lse[m], pick the target logit from the tile that owns the target column, optionally add up the per-tile
-// logit sums. MATH.md F5; docs/OPS.md (F5).
+// linear_rowscale_lse's finishing kernel: per row, merge the T per-N-tile (max, sumexp) partials written by the
+// OnlineLse epilogue node into lse[m], pick the target logit from the tile that owns the target column, optionally add
+// up the per-tile logit sums. MATH.md and docs/OPS.md, linear_rowscale_lse.
 #include <cuda_runtime.h>
 
 #include <cmath>

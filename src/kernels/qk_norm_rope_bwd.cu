@@ -1,4 +1,4 @@
-// B1 with QK-norm: the backward of F4 with QK-norm's per-head norm and RoPE (MATH.md "B1 with QK-norm";
+// qk_norm_rope_bwd_zdz: the backward of linear_rowscale_qk_norm_rope's per-head norm and RoPE (MATH.md;
 // coda_qk_norm_rope_bwd_zdz). From the pre-norm z (u on the q/k heads) and dqkv, per q/k head of row m with
 // r = 1/sqrt(mean u^2 + eps), nh = u r, g the head's gamma:
 //   dn = R^T dqkv (rotation by -theta of each pair),  s = <dn, nh g>,  du = r (g dn - nh s / hd)
@@ -6,11 +6,11 @@
 // with du in fp32 before its rounding. dq_gamma / dk_gamma = sum over rows and heads of the kind of dn nh: per-block
 // partials (fixed order), then column_sum (fixed order): deterministic.
 //
-// One block per row (grid-stride over rows, at most kMaxBlocks blocks: the partials buffer does not grow with M),
-// one warp per head: a lane holds head_dim / 32 contiguous columns (a pair or two), so the head's sums are one warp
-// reduction each. The angles as B1's (rope_bwd.cu): theta and its cos/sin in double, once per (row, pair index),
-// shared by the row's heads through shared memory. In place (dz == dqkv) is safe: a lane reads its elements, the
-// warp reduces, then the lane writes the same elements.
+// One block per row (grid-stride over rows, at most kMaxBlocks blocks: the partials buffer does not grow with M), one
+// warp per head: a lane holds head_dim / 32 contiguous columns (a pair or two), so the head's sums are one warp
+// reduction each. The angles as rope_bwd_zdz's (rope_bwd.cu): theta and its cos/sin in double, once per (row, pair
+// index), shared by the row's heads through shared memory. In place (dz == dqkv) is safe: a lane reads its elements,
+// the warp reduces, then the lane writes the same elements.
 #include <cuda_runtime.h>
 
 #include "kernels/device_utils.cuh"

@@ -1,6 +1,6 @@
-// RMSNorm kernels outside the GEMMs: the final reduce of F1's per-tile partial sums of squares (coda_rmsnorm_rstd)
-// and the first-layer preparation h = x * gamma with rstd from the rows of x (coda_rmsnorm_prepare). MATH.md,
-// "Deferred row scale".
+// RMSNorm kernels outside the GEMMs: the final reduce of linear_residual_rmsnorm's per-tile partial sums of squares
+// (coda_rmsnorm_rstd) and the first-layer preparation h = x * gamma with rstd from the rows of x
+// (coda_rmsnorm_prepare). MATH.md, "Deferred row scale".
 #include <cuda_runtime.h>
 
 #include "kernels/device_utils.cuh"

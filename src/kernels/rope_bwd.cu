@@ -1,4 +1,4 @@
-// B1: RoPE backward with the zdz row dot (MATH.md B1; coda_rope_bwd_zdz).
+// rope_bwd_zdz: RoPE backward with the zdz row dot (MATH.md; coda_rope_bwd_zdz).
 //   dz[2i] = d0 cos + d1 sin,  dz[2i+1] = d1 cos - d0 sin  (rotation by -theta of each q/k pair, pairs adjacent),
 //   v columns pass through unchanged, zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j] (R is orthogonal).
 //

@@ -1,6 +1,7 @@
-// F4's per-column frequency vector: the epilogue broadcasts one inv_freq per output column (Sm90RowBroadcast), so
-// the caller's [head_dim/2] vector is expanded once per call over the q and k heads, with 0 on the v columns
-// (angle 0: the epilogue passes them through exactly). N = (Hq + 2 Hkv) * head_dim floats; one tiny launch.
+// linear_rowscale_rope's per-column frequency vector: the epilogue broadcasts one inv_freq per output column
+// (Sm90RowBroadcast), so the caller's [head_dim/2] vector is expanded once per call over the q and k heads, with 0 on
+// the v columns (angle 0: the epilogue passes them through exactly). N = (Hq + 2 Hkv) * head_dim floats; one tiny
+// launch.
 #include <cuda_runtime.h>
 
 #include "common/error.hpp"

@@ -26,9 +26,9 @@ int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int coun
 /// Checks the whole CODA_OP_CONFIG value (syntax, op names, each entry's config among the op's compiled bf16
 /// configs, knobs) and throws CODA_ERROR_INVALID_ARGUMENT naming the variable on the first problem; nothing when it
 /// is unset or empty. The C ABI's fused entry points call it with their argument checks, so a bad value is refused
-/// before a composite call (the block, the LM head) launches anything. What it cannot know ahead, a global pin that
-/// one of the ops does not compile (pp_128x192x64_c2x1 is F3's only, pp_128x192x64_c2x1_e16 B3's; fp16 has only
-/// pingpong 128x128), is refused by that op when it runs.
+/// before a composite call (the block, the LM head) launches anything. What it cannot know ahead, a global pin that one
+/// of the ops does not compile (pp_128x192x64_c2x1 is linear_rowscale_swiglu's only, pp_128x192x64_c2x1_e16
+/// linear_swiglu_bwd_zdz's; fp16 has only pingpong 128x128), is refused by that op when it runs.
 void check_op_config();
 
 /// The kernel a fused op runs: the pinned one (CODA_OP_CONFIG) or the op's default, and its scheduler knobs.

@@ -1,6 +1,6 @@
-// Log-sum-exp and cross-entropy in float64: the online (max, sumexp) states and their merge, F5's blocked
-// log-sum-exp over N-tiles, F5 (LM head lse and target logit) and F6 (loss, reductions, label smoothing, z-loss,
-// softcap, ignore_index, dlogits and zdz).
+// Log-sum-exp and cross-entropy in float64: the online (max, sumexp) states and their merge, linear_rowscale_lse's
+// blocked log-sum-exp over N-tiles, linear_rowscale_lse (LM head lse and target logit) and cross_entropy (loss,
+// reductions, label smoothing, z-loss, softcap, ignore_index, dlogits and zdz).
 #include "reference/reference.hpp"
 
 #include <algorithm>
@@ -112,7 +112,7 @@ BlockedLse blocked_lse(const Matrix& logits, int64_t tile_n, double softcap_valu
   return out;
 }
 
-// ---- F5 ----------------------------------------------------------------------------------------------------------
+// ---- linear_rowscale_lse -----------------------------------------------------------------------------------------
 
 Lse logits_lse(const Matrix& logits, const Targets& targets, double softcap_value, int64_t ignore_index) {
   require(softcap_value >= 0, "logits_lse: softcap must be >= 0");
@@ -134,7 +134,7 @@ Lse linear_rowscale_lse(const Matrix& h, const Matrix& w, const Vector& rstd, co
   return logits_lse(linear_rowscale(h, w, rstd), targets, softcap_value, ignore_index);
 }
 
-// ---- F6 ----------------------------------------------------------------------------------------------------------
+// ---- cross_entropy -----------------------------------------------------------------------------------------------
 
 coda_ce_options default_ce_options() {
   coda_ce_options o{};

@@ -1,5 +1,6 @@
-// QK-norm + RoPE in float64 (docs/MATH.md "F4 with QK-norm", "B1 with QK-norm"): the per-head RMSNorm of the q and
-// k heads before RoPE, its forward and its backward with the zdz row dot the input norm's B2 needs.
+// QK-norm + RoPE in float64 (docs/MATH.md, linear_rowscale_qk_norm_rope and qk_norm_rope_bwd_zdz): the per-head
+// RMSNorm of the q and k heads before RoPE, its forward and its backward with the zdz row dot the input norm's
+// linear_residual_rmsnorm_bwd needs.
 #include "reference/reference.hpp"
 
 #include <cmath>
@@ -76,7 +77,7 @@ QkNormRopeBwd qk_norm_rope_bwd(const Matrix& z, const Matrix& qkv, const Matrix&
   if (hidden_size <= 0) throw std::invalid_argument("coda::ref::qk_norm_rope_bwd: hidden_size must be > 0");
   const int64_t hd = heads.head_dim, n_heads = heads.n_q_heads + heads.n_kv_heads;
   const Matrix r = qk_head_rstd(z, norm, heads);
-  // dn = R^T dqkv on q/k heads (v passes through): B1's rotation.
+  // dn = R^T dqkv on q/k heads (v passes through): rope_bwd_zdz's rotation.
   const Matrix dn = rope_bwd_zdz(qkv, dqkv, positions, inv_freq, heads, hidden_size).dz;
 
   QkNormRopeBwd out;

@@ -1,8 +1,8 @@
 // coda::ref — the float64 CPU reference of every CODA op (ground truth of all tests), plus the "unfused"
 // same-dtype pipeline that the numerical acceptance rule compares against.
 //
-// Plain C++20: no CUDA, no CUTLASS. Equation names (F1-F6, B1-B3) are those of docs/MATH.md; argument meanings
-// and shapes follow the matching coda_<op> in include/coda/coda.h. Everything works on host copies of tensors:
+// Plain C++20: no CUDA, no CUTLASS. An op's reference carries the op's name (docs/MATH.md); argument meanings and
+// shapes follow the matching coda_<op> in include/coda/coda.h. Everything works on host copies of tensors:
 //   - Matrix: dense row-major [rows, cols] of doubles (activations [M, features], weights [out, in]).
 //   - Vector: std::vector<double> (gamma [N], rstd [M], inv_freq [head_dim/2], ...).
 //   - Positions: int32 per row; Targets: int64 per row (convert int32 targets on the caller's side).
@@ -161,7 +161,8 @@ Matrix col_tile_sums(const Matrix& v, int64_t tile_m);
 Vector sum_tiles(const Matrix& partials);
 
 // ================================================================================================================
-// RMSNorm: F1, rmsnorm_prepare, F2, B2 and the direct (textbook) RMSNorm forward/backward
+// RMSNorm: linear_residual_rmsnorm, rmsnorm_prepare, linear_rowscale, linear_residual_rmsnorm_bwd and the direct
+// (textbook) RMSNorm forward/backward
 // ================================================================================================================
 
 /// rstd[m] = 1 / sqrt(mean_n x[m,n]^2 + eps), from whole rows.
@@ -179,10 +180,11 @@ RmsnormGrad rmsnorm_bwd(const Matrix& x, const Vector& gamma, double eps, const 
 /// Backward of rstd alone: dx[m,n] = -drstd[m] * rstd[m]^3 * x[m,n] / N.
 Matrix rstd_bwd(const Matrix& x, const Vector& rstd, const Vector& drstd);
 
-/// F1 partials: per-(row, N-tile) sums of squares of x, tile-major [T, M], T = ceil(N / tile_n)
-/// (the last tile may be partial).
+/// linear_residual_rmsnorm's partials: per-(row, N-tile) sums of squares of x, tile-major [T, M],
+/// T = ceil(N / tile_n) (the last tile may be partial).
 Matrix rmsnorm_sumsq_partials(const Matrix& x, int64_t tile_n);
-/// F1 final reduce (coda_rmsnorm_rstd): rstd[m] = 1 / sqrt(sum_t partials[t,m] / n_features + eps).
+/// linear_residual_rmsnorm's final reduce (coda_rmsnorm_rstd):
+/// rstd[m] = 1 / sqrt(sum_t partials[t,m] / n_features + eps).
 Vector rmsnorm_rstd(const Matrix& partials, int64_t n_features, double eps);
 
 struct ResidualRmsnorm {
@@ -190,7 +192,7 @@ struct ResidualRmsnorm {
   Matrix h;    ///< [M,N] x * gamma (not normalised)
   Vector rstd; ///< [M]
 };
-/// F1: x = a w^T + residual, h = x * gamma, rstd from whole rows of x (exact; no rounding of x).
+/// linear_residual_rmsnorm: x = a w^T + residual, h = x * gamma, rstd from whole rows of x (exact; no rounding of x).
 ResidualRmsnorm linear_residual_rmsnorm(const Matrix& a, const Matrix& w, const Matrix& residual,
                                         const Vector& gamma, double eps);
 
@@ -201,7 +203,7 @@ struct RmsnormPrepare {
 /// First-layer norm (coda_rmsnorm_prepare): rstd from x, h = x * gamma.
 RmsnormPrepare rmsnorm_prepare(const Matrix& x, const Vector& gamma, double eps);
 
-/// F2: y = diag(rstd) (h w^T).
+/// linear_rowscale: y = diag(rstd) (h w^T).
 Matrix linear_rowscale(const Matrix& h, const Matrix& w, const Vector& rstd);
 
 struct ResidualRmsnormBwd {
@@ -209,16 +211,17 @@ struct ResidualRmsnormBwd {
   Matrix a;      ///< [M,N] recomputed normalised input c * gamma
   Vector dgamma; ///< [N]
 };
-/// B2: D = alpha dz w; c = x rstd; dx = dx_in + rstd (D gamma - alpha c zdz); a = c gamma; dgamma[n] = sum_m D c.
-/// dz [M,N'], w [N',N], x [M,N], gamma [N], rstd [M], zdz [M], dx_in nullptr or [M,N].
-/// zdz is the row dot of the dz passed here, zdz[m] = (1/N) sum_j z dz (as F6 / B1 / B3 produce it, before
-/// alpha); alpha scales D and zdz alike, so dx is the true gradient of alpha * <dz, z>.
+/// linear_residual_rmsnorm_bwd: D = alpha dz w; c = x rstd; dx = dx_in + rstd (D gamma - alpha c zdz); a = c gamma;
+/// dgamma[n] = sum_m D c. dz [M,N'], w [N',N], x [M,N], gamma [N], rstd [M], zdz [M], dx_in nullptr or [M,N].
+/// zdz is the row dot of the dz passed here, zdz[m] = (1/N) sum_j z dz (as cross_entropy, rope_bwd_zdz and
+/// linear_swiglu_bwd_zdz produce it, before alpha); alpha scales D and zdz alike, so dx is the true gradient of
+/// alpha * <dz, z>.
 ResidualRmsnormBwd linear_residual_rmsnorm_bwd(const Matrix& dz, const Matrix& w, const Matrix& x,
                                                const Vector& gamma, const Vector& rstd, const Vector& zdz,
                                                const Matrix* dx_in, double alpha);
 
 // ================================================================================================================
-// SwiGLU: F3, B3 (gate/up interleaved: z[2i] = gate i, z[2i+1] = up i)
+// SwiGLU: linear_rowscale_swiglu, linear_swiglu_bwd_zdz (gate/up interleaved: z[2i] = gate i, z[2i+1] = up i)
 // ================================================================================================================
 
 double sigmoid(double g);
@@ -231,7 +234,7 @@ struct Swiglu {
   Matrix z; ///< [M,2F] pre-activation (saved for backward)
   Matrix y; ///< [M,F]
 };
-/// F3: z = diag(rstd) (h w_gu^T), y = swiglu(z). w_gu [2F,K] interleaved.
+/// linear_rowscale_swiglu: z = diag(rstd) (h w_gu^T), y = swiglu(z). w_gu [2F,K] interleaved.
 Swiglu linear_rowscale_swiglu(const Matrix& h, const Matrix& w_gu, const Vector& rstd);
 
 struct SwigluBwd {
@@ -239,13 +242,14 @@ struct SwigluBwd {
   Matrix y;  ///< [M,F] recomputed silu(g) u
   Vector zdz; ///< [M] (1/hidden_size) sum_i (g dg + u du)
 };
-/// The elementwise part of B3 from dy = dL/dy [M,F]: dg = dy u s (1 + g (1 - s)), du = dy silu(g).
+/// The elementwise part of linear_swiglu_bwd_zdz from dy = dL/dy [M,F]: dg = dy u s (1 + g (1 - s)),
+/// du = dy silu(g).
 SwigluBwd swiglu_bwd(const Matrix& z, const Matrix& dy, int64_t hidden_size);
-/// B3: dy = dx w_down (dx [M,d], w_down [d,F]), then swiglu_bwd with hidden_size d = dx.cols.
+/// linear_swiglu_bwd_zdz: dy = dx w_down (dx [M,d], w_down [d,F]), then swiglu_bwd with hidden_size d = dx.cols.
 SwigluBwd linear_swiglu_bwd_zdz(const Matrix& dx, const Matrix& w_down, const Matrix& z);
 
 // ================================================================================================================
-// RoPE: F4, B1 (columns [q heads | k heads | v heads], each head_dim wide)
+// RoPE: linear_rowscale_rope, rope_bwd_zdz (columns [q heads | k heads | v heads], each head_dim wide)
 // ================================================================================================================
 
 struct RopeHeads {
@@ -266,7 +270,7 @@ Matrix rope(const Matrix& z, const Positions& positions, const Vector& inv_freq,
 /// HF/NeoX rotate-half RoPE on the unpermuted layout: pairs (i, i + hd/2) inside each q/k head, same angles.
 Matrix rope_rotate_half(const Matrix& z, const Positions& positions, const Vector& inv_freq,
                         const RopeHeads& heads);
-/// F4: rope(diag(rstd) (h w_qkv^T)); w_qkv rows paired per q/k head (pair_rope_qkv_rows).
+/// linear_rowscale_rope: rope(diag(rstd) (h w_qkv^T)); w_qkv rows paired per q/k head (pair_rope_qkv_rows).
 Matrix linear_rowscale_rope(const Matrix& h, const Matrix& w_qkv, const Vector& rstd, const Positions& positions,
                             const Vector& inv_freq, const RopeHeads& heads);
 
@@ -274,12 +278,14 @@ struct RopeBwd {
   Matrix dz;  ///< [M,W] R(-theta) dqkv per q/k pair; v passes through
   Vector zdz; ///< [M] (1/hidden_size) sum_j qkv dqkv
 };
-/// B1: dz = R^T dqkv, zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j] (qkv is the rotated output of F4).
+/// rope_bwd_zdz: dz = R^T dqkv, zdz[m] = (1/hidden_size) sum_j qkv[m,j] dqkv[m,j] (qkv is the rotated output of
+/// linear_rowscale_rope).
 RopeBwd rope_bwd_zdz(const Matrix& qkv, const Matrix& dqkv, const Positions& positions, const Vector& inv_freq,
                      const RopeHeads& heads, int64_t hidden_size);
 
 // ================================================================================================================
-// QK-norm + RoPE (Qwen3 / Gemma-3 attention input; docs/MATH.md "F4 with QK-norm", "B1 with QK-norm")
+// QK-norm + RoPE (Qwen3 / Gemma-3 attention input; docs/MATH.md, linear_rowscale_qk_norm_rope and
+// qk_norm_rope_bwd_zdz)
 // ================================================================================================================
 
 /// The per-head RMSNorm of the q and k heads: gamma vectors [head_dim] in the column layout of z's heads (CODA's:
@@ -293,7 +299,7 @@ struct QkNorm {
 Matrix qk_head_rstd(const Matrix& z, const QkNorm& norm, const RopeHeads& heads);
 /// n = u head_rstd gamma on every q/k head (q_gamma on q heads, k_gamma on k heads); v passes through.
 Matrix qk_norm(const Matrix& z, const QkNorm& norm, const RopeHeads& heads);
-/// F4 with QK-norm: rope(qk_norm(diag(rstd) (h w_qkv^T))).
+/// linear_rowscale_qk_norm_rope: rope(qk_norm(diag(rstd) (h w_qkv^T))).
 Matrix linear_rowscale_qk_norm_rope(const Matrix& h, const Matrix& w_qkv, const Vector& rstd, const QkNorm& norm,
                                     const Positions& positions, const Vector& inv_freq, const RopeHeads& heads);
 
@@ -303,14 +309,14 @@ struct QkNormRopeBwd {
   Vector dq_gamma; ///< [hd] sum over rows and q heads of dn nh (dn = R^T dqkv, nh = u r_h)
   Vector dk_gamma; ///< [hd] the same over k heads
 };
-/// B1 with QK-norm: z the pre-norm input (the QKV GEMM's output: the q/k heads' u, and v), qkv the stored rotated
-/// output, dqkv its gradient. du = r (gamma dn - nh <dqkv_h, qkv_h> / hd) on q/k heads, dv = dqkv on v.
+/// qk_norm_rope_bwd_zdz: z the pre-norm input (the QKV GEMM's output: the q/k heads' u, and v), qkv the stored
+/// rotated output, dqkv its gradient. du = r (gamma dn - nh <dqkv_h, qkv_h> / hd) on q/k heads, dv = dqkv on v.
 QkNormRopeBwd qk_norm_rope_bwd(const Matrix& z, const Matrix& qkv, const Matrix& dqkv, const QkNorm& norm,
                                const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
                                int64_t hidden_size);
 
 // ================================================================================================================
-// Log-sum-exp and cross-entropy: F5, F6
+// Log-sum-exp and cross-entropy: linear_rowscale_lse, cross_entropy
 // ================================================================================================================
 
 /// Online log-sum-exp state: the values seen so far are summarised as sum exp(v) = se * exp(mx).
@@ -339,8 +345,8 @@ struct BlockedLse {
   Matrix tile_lse;    ///< [T, M] mx + log(se)
   Vector lse;         ///< [M] logsumexp over t of tile_lse
 };
-/// F5's blocked log-sum-exp of softcap(logits): columns split into N-tiles of tile_n (the last tile's overhang
-/// columns >= V never enter a state); inside a tile, `lanes` strided online states (lane k takes columns
+/// linear_rowscale_lse's blocked log-sum-exp of softcap(logits): columns split into N-tiles of tile_n (the last tile's
+/// overhang columns >= V never enter a state); inside a tile, `lanes` strided online states (lane k takes columns
 /// tile_start + k, + k + lanes, ...) are merged in a tree, like lanes of a warp; lanes may be empty.
 BlockedLse blocked_lse(const Matrix& logits, int64_t tile_n, double softcap_value, int lanes = 4);
 
@@ -350,9 +356,10 @@ struct Lse {
   Vector lse;          ///< [M] logsumexp of capped (every row, ignored ones included)
   Vector target_logit; ///< [M] capped[m, t_m]; 0 for rows whose target is ignore_index
 };
-/// F5 on given logits (pre-softcap): lse, target logit. Targets must be in [0,V) or ignore_index.
+/// linear_rowscale_lse's statistics of given logits (pre-softcap): lse, target logit. Targets must be in [0,V) or
+/// ignore_index.
 Lse logits_lse(const Matrix& logits, const Targets& targets, double softcap_value, int64_t ignore_index);
-/// F5: logits = diag(rstd) (h w^T) [M,V], then logits_lse.
+/// linear_rowscale_lse: logits = diag(rstd) (h w^T) [M,V], then logits_lse.
 Lse linear_rowscale_lse(const Matrix& h, const Matrix& w, const Vector& rstd, const Targets& targets,
                         double softcap_value, int64_t ignore_index);
 
@@ -368,7 +375,7 @@ struct CrossEntropy {
   Vector grad_scale;  ///< [M] g_m used for each row (0 for ignored rows)
   int64_t n_valid = 0; ///< number of non-ignored rows
 };
-/// F6 on raw logits [M,V]:
+/// cross_entropy on raw logits [M,V]:
 ///   loss[m] = (1-ls)(lse - l_t) + ls (lse - mean_j l_j) + z_loss lse^2 (capped logits), 0 for ignored rows;
 ///   dlogits = g_m (p - (1-ls)[j=t] - ls/V + 2 z_loss lse p) (* (1 - tanh^2(l/c)) under softcap);
 ///   zdz = (1/hidden_size) sum_j l_raw dlogits.
@@ -403,8 +410,8 @@ Matrix unpair_rope_qkv_rows(const Matrix& w_qkv, const RopeHeads& heads);
 // all-fp32 pipeline). Inputs are first rounded to `dtype` (a no-op for tensors that came from the device);
 // GEMMs multiply the rounded values and accumulate in float; every tensor PyTorch would store is rounded to
 // `dtype`; statistics (rstd, lse, loss, zdz, sums) are float; elementwise math is done in float and rounded
-// once per PyTorch op. The row scale of F2-F5 is the stored normalised input R(h * rstd) feeding the GEMM.
-// Outputs are returned as doubles holding the rounded values.
+// once per PyTorch op. The row scale of the linear_rowscale* ops is the stored normalised input R(h * rstd)
+// feeding the GEMM. Outputs are returned as doubles holding the rounded values.
 
 /// Float-accumulated a b^T (a [M,K], b [N,K]): each element is sum_k float(a) * float(b) in float, in k order.
 Matrix gemm_fp32(const Matrix& a, const Matrix& b);
@@ -416,15 +423,15 @@ Matrix linear_unfused(const Matrix& a, const Matrix& w, coda_dtype dtype);
 Matrix dgrad_unfused(const Matrix& dz, const Matrix& w, coda_dtype dtype);
 Matrix wgrad_unfused(const Matrix& dz, const Matrix& a, coda_dtype dtype);
 
-/// F1 unfused: x = R(R(a w^T) + residual); rstd = 1/sqrtf(mean(x^2) + eps) in float from the rounded x;
-/// h = R(x * gamma).
+/// linear_residual_rmsnorm unfused: x = R(R(a w^T) + residual); rstd = 1/sqrtf(mean(x^2) + eps) in float from the
+/// rounded x; h = R(x * gamma).
 ResidualRmsnorm linear_residual_rmsnorm_unfused(const Matrix& a, const Matrix& w, const Matrix& residual,
                                                 const Vector& gamma, double eps, coda_dtype dtype);
 /// rmsnorm_prepare unfused: rstd in float from R(x), h = R(x * gamma).
 RmsnormPrepare rmsnorm_prepare_unfused(const Matrix& x, const Vector& gamma, double eps, coda_dtype dtype);
-/// F2 unfused: y = R(R(h * rstd) w^T).
+/// linear_rowscale unfused: y = R(R(h * rstd) w^T).
 Matrix linear_rowscale_unfused(const Matrix& h, const Matrix& w, const Vector& rstd, coda_dtype dtype);
-/// F3 unfused: z = R(R(h * rstd) w_gu^T); y = R(R(silu(g)) * u).
+/// linear_rowscale_swiglu unfused: z = R(R(h * rstd) w_gu^T); y = R(R(silu(g)) * u).
 Swiglu linear_rowscale_swiglu_unfused(const Matrix& h, const Matrix& w_gu, const Vector& rstd, coda_dtype dtype);
 /// How the unfused RoPE computes its angles.
 enum class RopeAngles {
@@ -435,45 +442,46 @@ enum class RopeAngles {
   /// bound that a kernel with naive float32 angles fails at large positions).
   kExact,
 };
-/// F4 unfused (HF apply_rotary_pos_emb): z = R(R(h * rstd) w^T); theta per `angles`; cos, sin = R(cos theta),
-/// R(sin theta) (computed in float for kFloat32); out[2i] = R(R(z0 cos) - R(z1 sin)), out[2i+1] = R(R(z1 cos) +
-/// R(z0 sin)).
+/// linear_rowscale_rope unfused (HF apply_rotary_pos_emb): z = R(R(h * rstd) w^T); theta per `angles`;
+/// cos, sin = R(cos theta), R(sin theta) (computed in float for kFloat32); out[2i] = R(R(z0 cos) - R(z1 sin)),
+/// out[2i+1] = R(R(z1 cos) + R(z0 sin)).
 Matrix linear_rowscale_rope_unfused(const Matrix& h, const Matrix& w_qkv, const Vector& rstd,
                                     const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
                                     coda_dtype dtype, RopeAngles angles = RopeAngles::kFloat32);
-/// F4 with QK-norm unfused (HF Qwen3): z = R(R(h * rstd) w^T); per q/k head r = 1/sqrtf(mean(z^2) + eps) in float,
-/// n = R(gamma R(z r)); then F4's unfused RoPE on n.
+/// linear_rowscale_qk_norm_rope unfused (HF Qwen3): z = R(R(h * rstd) w^T); per q/k head r = 1/sqrtf(mean(z^2) + eps)
+/// in float, n = R(gamma R(z r)); then linear_rowscale_rope_unfused's RoPE on n.
 Matrix linear_rowscale_qk_norm_rope_unfused(const Matrix& h, const Matrix& w_qkv, const Vector& rstd,
                                             const QkNorm& norm, const Positions& positions, const Vector& inv_freq,
                                             const RopeHeads& heads, coda_dtype dtype,
                                             RopeAngles angles = RopeAngles::kFloat32);
-/// B1 with QK-norm unfused (autograd of HF Qwen3's q_norm/k_norm and RoPE in dtype): dn = B1 unfused's dz (angles
-/// per `angles`); then per q/k head, with x the dtype z, r = 1/sqrtf(mean x^2 + eps) in float: d(xn) = R(dn g),
-/// dx = r (d(xn) - x r^2 mean(d(xn) x)) in float, dz = R(dx); v: dz = R(dqkv); zdz = (1/hidden) float sum z dz;
-/// dgamma = R(float sum over rows and heads of R(dn) R(x r)).
+/// qk_norm_rope_bwd_zdz unfused (autograd of HF Qwen3's q_norm/k_norm and RoPE in dtype): dn = rope_bwd_zdz_unfused's
+/// dz (angles per `angles`); then per q/k head, with x the dtype z, r = 1/sqrtf(mean x^2 + eps) in float:
+/// d(xn) = R(dn g), dx = r (d(xn) - x r^2 mean(d(xn) x)) in float, dz = R(dx); v: dz = R(dqkv);
+/// zdz = (1/hidden) float sum z dz; dgamma = R(float sum over rows and heads of R(dn) R(x r)).
 QkNormRopeBwd qk_norm_rope_bwd_unfused(const Matrix& z, const Matrix& dqkv, const QkNorm& norm,
                                        const Positions& positions, const Vector& inv_freq, const RopeHeads& heads,
                                        int64_t hidden_size, coda_dtype dtype, RopeAngles angles = RopeAngles::kFloat32);
-/// F5 unfused: logits = R(R(h * rstd) w^T); capped = R(R(tanh(R(l / c))) * c) (three dtype ops); lse in float over
-/// the capped dtype logits; target logit = capped[t].
+/// linear_rowscale_lse unfused: logits = R(R(h * rstd) w^T); capped = R(R(tanh(R(l / c))) * c) (three dtype ops); lse
+/// in float over the capped dtype logits; target logit = capped[t].
 Lse linear_rowscale_lse_unfused(const Matrix& h, const Matrix& w, const Vector& rstd, const Targets& targets,
                                 double softcap_value, int64_t ignore_index, coda_dtype dtype);
-/// F6 unfused: softcap in dtype as above, then float cross-entropy of logits.float() (PyTorch), fp32 gradient
-/// rounded to dtype, softcap backward in dtype ops; zdz = (1/hidden) float sum of R(l) * R(dl).
+/// cross_entropy unfused: softcap in dtype as above, then float cross-entropy of logits.float() (PyTorch), fp32
+/// gradient rounded to dtype, softcap backward in dtype ops; zdz = (1/hidden) float sum of R(l) * R(dl).
 CrossEntropy cross_entropy_unfused(const Matrix& logits, const Targets& targets, const coda_ce_options& options,
                                    const Vector& grad_loss, int64_t hidden_size, coda_dtype dtype);
-/// B1 unfused (autograd of HF RoPE): dz[2i] = R(R(d0 cos) + R(d1 sin)), dz[2i+1] = R(R(d1 cos) - R(d0 sin)) with
-/// the dtype cos/sin of F4 unfused; zdz = (1/hidden) float sum qkv dqkv.
+/// rope_bwd_zdz unfused (autograd of HF RoPE): dz[2i] = R(R(d0 cos) + R(d1 sin)), dz[2i+1] = R(R(d1 cos) -
+/// R(d0 sin)) with the dtype cos/sin of linear_rowscale_rope_unfused; zdz = (1/hidden) float sum qkv dqkv.
 RopeBwd rope_bwd_zdz_unfused(const Matrix& qkv, const Matrix& dqkv, const Positions& positions,
                              const Vector& inv_freq, const RopeHeads& heads, int64_t hidden_size, coda_dtype dtype,
                              RopeAngles angles = RopeAngles::kFloat32);
-/// B2 unfused: D = R(alpha * fp32(dz w)), then autograd of HF LlamaRMSNorm in float with the saved float rstd
-/// (no zdz): a = R(gamma * R(x rstd)); dx = R(dx_in + R(direct dx)); dgamma = float sum_m R(D * R(x rstd)).
+/// linear_residual_rmsnorm_bwd unfused: D = R(alpha * fp32(dz w)), then autograd of HF LlamaRMSNorm in float with the
+/// saved float rstd (no zdz): a = R(gamma * R(x rstd)); dx = R(dx_in + R(direct dx));
+/// dgamma = float sum_m R(D * R(x rstd)).
 ResidualRmsnormBwd linear_residual_rmsnorm_bwd_unfused(const Matrix& dz, const Matrix& w, const Matrix& x,
                                                        const Vector& gamma, const Vector& rstd,
                                                        const Matrix* dx_in, double alpha, coda_dtype dtype);
-/// B3 unfused: dy = R(dx w_down); autograd of R(R(silu(g)) * u): du = R(dy R(silu(g))), dg = R(silu'(g) R(dy u));
-/// y = R(R(silu(g)) u); zdz = (1/d) float sum (g dg + u du).
+/// linear_swiglu_bwd_zdz unfused: dy = R(dx w_down); autograd of R(R(silu(g)) * u): du = R(dy R(silu(g))),
+/// dg = R(silu'(g) R(dy u)); y = R(R(silu(g)) u); zdz = (1/d) float sum (g dg + u du).
 SwigluBwd linear_swiglu_bwd_zdz_unfused(const Matrix& dx, const Matrix& w_down, const Matrix& z, coda_dtype dtype);
 
 // ================================================================================================================

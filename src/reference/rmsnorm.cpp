@@ -1,6 +1,6 @@
-// RMSNorm family in float64: F1 (linear + residual + norm statistics), rmsnorm_prepare, F2 (deferred row scale),
-// B2 (dgrad fused with the RMSNorm backward through zdz), and the textbook RMSNorm forward/backward that the
-// rewrites are checked against.
+// RMSNorm family in float64: linear_residual_rmsnorm (linear + residual + norm statistics), rmsnorm_prepare,
+// linear_rowscale (deferred row scale), linear_residual_rmsnorm_bwd (dgrad fused with the RMSNorm backward through
+// zdz), and the textbook RMSNorm forward/backward that the rewrites are checked against.
 #include "reference/reference.hpp"
 
 #include <cmath>

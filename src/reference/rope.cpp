@@ -1,5 +1,6 @@
-// RoPE in float64: F4 (q/k/v GEMM with row scale and RoPE, pairs adjacent) and B1 (rotation by -theta with the
-// zdz row dot), plus HF/NeoX rotate-half RoPE on the unpermuted layout for the layout tests.
+// RoPE in float64: linear_rowscale_rope (q/k/v GEMM with row scale and RoPE, pairs adjacent) and rope_bwd_zdz
+// (rotation by -theta with the zdz row dot), plus HF/NeoX rotate-half RoPE on the unpermuted layout for the layout
+// tests.
 //
 // Angles are pos * inv_freq computed in double: inv_freq is a float-valued double (24 significant bits), so the
 // product is exact for |pos| < 2^29 (29 + 24 <= 53 bits) and within 2^-53 relative beyond; std::cos/std::sin

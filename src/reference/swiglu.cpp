@@ -1,5 +1,6 @@
-// SwiGLU in float64: F3 (gate/up GEMM with row scale and SwiGLU) and B3 (down-projection dgrad fused with the
-// SwiGLU backward and the zdz row dot). Gate/up are interleaved: z[2i] = gate i, z[2i+1] = up i.
+// SwiGLU in float64: linear_rowscale_swiglu (gate/up GEMM with row scale and SwiGLU) and linear_swiglu_bwd_zdz
+// (down-projection dgrad fused with the SwiGLU backward and the zdz row dot). Gate/up are interleaved:
+// z[2i] = gate i, z[2i+1] = up i.
 #include "reference/reference.hpp"
 
 #include <cmath>

@@ -6,8 +6,8 @@
 //   - a GEMM multiplies dtype values (exact in float) and accumulates in float, then rounds to the dtype;
 //   - every PyTorch elementwise op computes in float and rounds its output to the dtype (one R(...) per op);
 //   - statistics (rstd, lse, loss, zdz, dgamma, sums) stay float, as PyTorch's .float() code paths do.
-// The deferred row scale of F2-F5 has no PyTorch counterpart: its unfused form is the stored normalised input
-// R(h * rstd) feeding an ordinary GEMM.
+// The deferred row scale of the linear_rowscale* ops has no PyTorch counterpart: its unfused form is the stored
+// normalised input R(h * rstd) feeding an ordinary GEMM.
 #include "reference/reference.hpp"
 
 #include "reference/parallel.hpp"

@@ -435,7 +435,7 @@ TEST(DeviceStage, RopeBwdZdz) {
                       "qkv:");
 }
 
-struct B2 {
+struct ResidualRmsnormBwd {
   TensorPool pool;
   coda_tensor dz = pool.make(CODA_BF16, {M, N}), w = pool.make(CODA_BF16, {N, K});
   coda_tensor x = pool.make(CODA_BF16, {M, K}), gamma = pool.make(CODA_BF16, {K});
@@ -451,7 +451,7 @@ struct B2 {
 };
 
 TEST(DeviceStage, LinearResidualRmsnormBwd) {
-  B2 f;
+  ResidualRmsnormBwd f;
   auto& pool = f.pool;
   EXPECT_DEVICE_STAGE(f.call(nullptr), "dz:");
   EXPECT_DEVICE_STAGE(f.call(&f.dx), "dz:");  // in-place accumulation
@@ -642,14 +642,14 @@ TEST(OpRules, RmsnormRstdFeatureCountPositive) {
 }
 
 TEST(OpRules, DgradWeightRowsMatchGradientWidth) {
-  B2 f;
+  ResidualRmsnormBwd f;
   auto& pool = f.pool;
   f.w = pool.make(CODA_BF16, {N + 8, K});
   EXPECT_REJECTED(f.call(nullptr), CODA_ERROR_SHAPE, "w:", "dz.sizes[1]");
 }
 
 TEST(OpRules, DgradOutputMustNotAliasSavedInput) {
-  B2 f;
+  ResidualRmsnormBwd f;
   auto& pool = f.pool;
   f.dx = f.x;
   EXPECT_REJECTED(f.call(nullptr), CODA_ERROR_ALIASING, "dx_out and x", "overlap");
@@ -974,7 +974,7 @@ TEST(OpRules, OpConfigBadValuesAreRefusedWhicheverOpRuns) {
     char const* value;
     char const* says;
   };
-  // Each names an op other than coda_linear_rowscale or none: F2 refuses them all the same.
+  // Each names an op other than coda_linear_rowscale or none: linear_rowscale refuses them all the same.
   for (Bad const b : {Bad{"sk_128x256x64_c2x1", "the fused ops compile no config"},
                       Bad{"pp_128x128x64_c2x1;", "no config 'pp_128x128x64_c2x1;'"},
                       Bad{"pp_128x128x64_c2x1:raster=q", "raster"},
@@ -1011,11 +1011,12 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
   std::string const pp_n8 = std::string(pp) + ":raster=n,swizzle=8";
   std::string const coop_n8 = "coop_128x256x64_c2x1:raster=n,swizzle=8";
   Case const cases[] = {
-      // F2: pingpong 128x128, raster N, swizzle 8 from N = 16384, else 4.
+      // linear_rowscale: pingpong 128x128, raster N, swizzle 8 from N = 16384, else 4.
       {"linear_rowscale", CODA_BF16, 8192, 28672, 4096, pp_n8.c_str()},
       {"linear_rowscale", CODA_BF16, 8192, 3072, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
       {"coda_linear_rowscale", CODA_FP16, 8192, 28672, 4096, pp_n8.c_str()},
-      // F1: out-projection (K <= 2N) pingpong raster N; down-projection at M >= 4096 or K >= 16384 cooperative.
+      // linear_residual_rmsnorm: out-projection (K <= 2N) pingpong raster N; down-projection at M >= 4096 or
+      // K >= 16384 cooperative.
       {"linear_residual_rmsnorm", CODA_BF16, 8192, 4096, 4096, "pp_128x128x64_c2x1:raster=n"},
       {"linear_residual_rmsnorm", CODA_BF16, 8192, 4096, 14336, coop_n8.c_str()},
       {"linear_residual_rmsnorm", CODA_BF16, 1000, 4096, 14336, pp},
@@ -1026,25 +1027,25 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_residual_rmsnorm", CODA_BF16, 4096, 4096, 8200, coop_n8.c_str()},                 // M == 4096
       {"linear_residual_rmsnorm", CODA_BF16, 4095, 4096, 8200, pp},
       {"linear_residual_rmsnorm", CODA_BF16, 4095, 4096, 16384, coop_n8.c_str()},                // K == 16384
-      // F3: pingpong 128x192 raster N, raster M from K = 8192; fp16 pingpong 128x128.
+      // linear_rowscale_swiglu: pingpong 128x192 raster N, raster M from K = 8192; fp16 pingpong 128x128.
       {"linear_rowscale_swiglu", CODA_BF16, 8192, 28672, 4096, "pp_128x192x64_c2x1:raster=n,swizzle=8"},
       {"linear_rowscale_swiglu", CODA_BF16, 8192, 57344, 8192, "pp_128x192x64_c2x1:raster=m,swizzle=8"},
       {"linear_rowscale_swiglu", CODA_FP16, 8192, 57344, 8192, pp_n8.c_str()},
       {"linear_rowscale_swiglu", CODA_BF16, 8192, 57344, 8191, "pp_128x192x64_c2x1:raster=n,swizzle=8"},
       {"linear_rowscale", CODA_BF16, 8192, 16383, 4096, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
       {"linear_rowscale", CODA_BF16, 8192, 16384, 4096, pp_n8.c_str()},
-      // F4.
+      // linear_rowscale_rope.
       {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, pp_n8.c_str()},
-      // F4 with QK-norm: its one kernel, for both dtypes.
+      // linear_rowscale_qk_norm_rope: its one kernel, for both dtypes.
       {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_FP16, 1, 256, 64, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
-      // F5: with logits raster N; without, swizzle 8 and cooperative from K = 8192 (bf16).
+      // linear_rowscale_lse: with logits raster N; without, swizzle 8 and cooperative from K = 8192 (bf16).
       {"linear_rowscale_lse", CODA_BF16, 8192, 128256, 8192, "pp_128x128x64_c2x1:raster=n"},
       {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 4096, pp_n8.c_str()},
       {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 8192, coop_n8.c_str()},
       {"linear_rowscale_lse/nologits", CODA_FP16, 8192, 128256, 8192, pp_n8.c_str()},
       {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 8191, pp_n8.c_str()},
-      // B2 (K = Nd): cooperative from K = 8192, the row-scaled twins alike.
+      // linear_residual_rmsnorm_bwd (K = Nd): cooperative from K = 8192, the row-scaled twins alike.
       {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 28672, coop_n8.c_str()},
       {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 6144, pp_n8.c_str()},
       {"linear_residual_rmsnorm_bwd", CODA_FP16, 8192, 4096, 28672, pp_n8.c_str()},
@@ -1052,7 +1053,7 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_residual_rmsnorm_bwd/rowscaled", CODA_BF16, 8192, 2048, 4096, pp_n8.c_str()},
       {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 8191, pp_n8.c_str()},
       {"linear_residual_rmsnorm_bwd", CODA_BF16, 8192, 4096, 8192, coop_n8.c_str()},
-      // B3 (M x F x d): 128x192 with 64x16 subtiles (e16h) from d = 4096 and M = 4096 (bf16).
+      // linear_swiglu_bwd_zdz (M x F x d): 128x192 with 64x16 subtiles (e16h) from d = 4096 and M = 4096 (bf16).
       {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 14336, 4096, "pp_128x192x64_c2x1_e16h:raster=n,swizzle=8"},
       {"linear_swiglu_bwd_zdz", CODA_BF16, 4095, 14336, 4096, pp_n8.c_str()},
       {"linear_swiglu_bwd_zdz", CODA_BF16, 8192, 8192, 2048, pp_n8.c_str()},
@@ -1073,7 +1074,8 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
                  "pp_128x128x64_c2x1:raster=m");
     EXPECT_STREQ(coda_fused_op_choice("linear_rowscale", CODA_BF16, 8192, 28672, 4096), pp_n8.c_str());
   }
-  {  // since the registry a pin applies to B2's row-scaled twins too (the hand-written dispatcher overrode it)
+  {  // since the registry a pin applies to linear_residual_rmsnorm_bwd's row-scaled twins too (the hand-written
+     // dispatcher overrode it)
     OpConfigEnv const env("linear_residual_rmsnorm_bwd=pp_128x128x64_c2x1:raster=m,swizzle=2");
     EXPECT_STREQ(coda_fused_op_choice("linear_residual_rmsnorm_bwd/rowscaled", CODA_BF16, 8192, 2048, 128256),
                  "pp_128x128x64_c2x1:raster=m,swizzle=2");

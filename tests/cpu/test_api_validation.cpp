@@ -43,8 +43,8 @@ TEST(ApiLayout, TensorDescriptorMatchesThePythonPacking) {
 }
 
 
-// F1 with valid arguments: M=16, K=32, N=64, bf16.
-struct F1 {
+// coda_linear_residual_rmsnorm with valid arguments: M=16, K=32, N=64, bf16.
+struct ResidualRmsnorm {
   TensorPool pool;
   int64_t M = 16, K = 32, N = 64;
   coda_tensor a = pool.make(CODA_BF16, {M, K}), w = pool.make(CODA_BF16, {N, K});
@@ -81,7 +81,7 @@ coda_tensor transposed(coda_tensor t) {
 // ---- descriptor rules -----------------------------------------------------------------------------------------
 
 TEST(Validation, NullDescriptorIsNamed) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   EXPECT_REJECTED(coda_linear_residual_rmsnorm(&f.a, nullptr, &f.residual, &f.gamma, f.eps, &f.x, &f.h, &f.rstd,
                                                f.ws, f.ws_bytes, nullptr),
@@ -89,42 +89,42 @@ TEST(Validation, NullDescriptorIsNamed) {
 }
 
 TEST(Validation, UnknownDtypeValue) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.gamma.dtype = static_cast<coda_dtype>(77);
   EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "gamma", "unknown dtype");
 }
 
 TEST(Validation, RankOutOfRange) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.a.rank = 5;
   EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "a:", "rank 5");
 }
 
 TEST(Validation, NegativeSize) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.residual.sizes[0] = -1;
   EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "residual", "negative");
 }
 
 TEST(Validation, NegativeStride) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.x.strides[0] = -64;
   EXPECT_REJECTED(f.call(), CODA_ERROR_LAYOUT, "x_out", "negative");
 }
 
 TEST(Validation, NullDataPointer) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.h.data = nullptr;
   EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "h_out", "data pointer is NULL");
 }
 
 TEST(Validation, WrongRank) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.gamma = f.pool.make(CODA_BF16, {1, f.N});
   EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "gamma", "expected rank 1");
@@ -133,21 +133,21 @@ TEST(Validation, WrongRank) {
 // ---- dtype rules ----------------------------------------------------------------------------------------------
 
 TEST(Validation, DtypeNotAccepted) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.a = f.pool.make(CODA_FP32, {f.M, f.K});
   EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "a:", "bf16 or fp16", "got fp32");
 }
 
 TEST(Validation, DtypesMustMatch) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.w = f.pool.make(CODA_FP16, {f.N, f.K});
   EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "w:", "must match a");
 }
 
 TEST(Validation, StatisticsMustBeFp32) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.rstd = f.pool.make(CODA_BF16, {f.M});
   EXPECT_REJECTED(f.call(), CODA_ERROR_DTYPE, "rstd_out", "fp32");
@@ -156,28 +156,28 @@ TEST(Validation, StatisticsMustBeFp32) {
 // ---- shape rules ----------------------------------------------------------------------------------------------
 
 TEST(Validation, InnerDimensionsMustAgree) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.w = f.pool.make(CODA_BF16, {f.N, f.K + 8});
   EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "w:", "(K)", "32");
 }
 
 TEST(Validation, OutputShapeMustMatch) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.h = f.pool.make(CODA_BF16, {f.M + 1, f.N});
   EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "h_out", "(M)");
 }
 
 TEST(Validation, VectorLengthMustMatch) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.gamma = f.pool.make(CODA_BF16, {f.N - 8});
   EXPECT_REJECTED(f.call(), CODA_ERROR_SHAPE, "gamma", "(N)");
 }
 
 TEST(Validation, EmptyReductionDimensionRejected) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.a = f.pool.make(CODA_BF16, {f.M, 0});
   f.w = f.pool.make(CODA_BF16, {f.N, 0});
@@ -187,7 +187,7 @@ TEST(Validation, EmptyReductionDimensionRejected) {
 // ---- layout rules ---------------------------------------------------------------------------------------------
 
 TEST(Validation, MustBeRowMajor) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.residual.strides[0] = 1;
   f.residual.strides[1] = f.M;
@@ -195,14 +195,14 @@ TEST(Validation, MustBeRowMajor) {
 }
 
 TEST(Validation, RowStrideShorterThanRow) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.x.strides[0] = f.N - 8;
   EXPECT_REJECTED(f.call(), CODA_ERROR_LAYOUT, "x_out", "row stride");
 }
 
 TEST(Validation, VectorMustBeContiguous) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.rstd.strides[0] = 2;
   EXPECT_REJECTED(f.call(), CODA_ERROR_LAYOUT, "rstd_out", "contiguous");
@@ -210,7 +210,7 @@ TEST(Validation, VectorMustBeContiguous) {
 
 TEST(Validation, PaddedRowStrideAccepted) {
   // A row stride larger than the row (a slice of a wider buffer) is legal: validation passes it on.
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.a = f.pool.make(CODA_BF16, {f.M, f.K + 16});
   f.a.sizes[1] = f.K;
@@ -220,7 +220,7 @@ TEST(Validation, PaddedRowStrideAccepted) {
 // ---- alignment rules (TMA) ------------------------------------------------------------------------------------
 
 TEST(Validation, MisalignedPointer) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.a.data = static_cast<char*>(f.a.data) + 2;
   EXPECT_REJECTED(f.call(), CODA_ERROR_MISALIGNED, "a:", "16-byte aligned");
@@ -228,14 +228,14 @@ TEST(Validation, MisalignedPointer) {
 
 TEST(Validation, MisalignedElementPointer) {
   // Vectors need no TMA alignment, but every element must be naturally aligned.
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.rstd.data = static_cast<char*>(f.rstd.data) + 2;
   EXPECT_REJECTED(f.call(), CODA_ERROR_MISALIGNED, "rstd_out", "4-byte fp32");
 }
 
 TEST(Validation, MisalignedRowStride) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.x = f.pool.make(CODA_BF16, {f.M, f.N + 4});
   f.x.sizes[1] = f.N;
@@ -243,7 +243,7 @@ TEST(Validation, MisalignedRowStride) {
 }
 
 TEST(Validation, FeatureCountNotMultipleOf8) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.a = f.pool.make(CODA_BF16, {f.M, 40});  // aligned row stride, but K = 36 contiguous elements
   f.w = f.pool.make(CODA_BF16, {f.N, 40});
@@ -254,14 +254,14 @@ TEST(Validation, FeatureCountNotMultipleOf8) {
 // ---- device rules ---------------------------------------------------------------------------------------------
 
 TEST(Validation, HostTensorRejected) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.gamma.device = -1;
   EXPECT_REJECTED(f.call(), CODA_ERROR_DEVICE, "gamma", "host tensor");
 }
 
 TEST(Validation, TensorsOnDifferentDevices) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.h.device = 1;
   EXPECT_REJECTED(f.call(), CODA_ERROR_DEVICE, "h_out", "device 1", "device 0");
@@ -278,21 +278,21 @@ TEST(Validation, KernelNeedsSm90OrNamesTheDevice) {
 // ---- aliasing rules -------------------------------------------------------------------------------------------
 
 TEST(Validation, OutputsMustNotOverlap) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.h = f.x;
   EXPECT_REJECTED(f.call(), CODA_ERROR_ALIASING, "h_out", "overlap");
 }
 
 TEST(Validation, OutputMustNotOverlapInput) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.h = f.residual;  // h_out may never share memory with an input
   EXPECT_REJECTED(f.call(), CODA_ERROR_ALIASING, "h_out and residual", "overlap");
 }
 
 TEST(Validation, InPlaceMustBeTheExactView) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.x = f.residual;
   f.x.data = static_cast<char*>(f.residual.data) + 32;  // shifted by 16 elements: partial overlap
@@ -300,7 +300,7 @@ TEST(Validation, InPlaceMustBeTheExactView) {
 }
 
 TEST(Validation, InPlaceResidualAccepted) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.x = f.residual;  // the documented in-place update
   EXPECT_DEVICE_STAGE(f.call(), "a:");
@@ -319,14 +319,14 @@ TEST(Validation, GemmOutputMustNotOverlapOperands) {
 // ---- scalar and workspace rules -------------------------------------------------------------------------------
 
 TEST(Validation, EpsMustBePositive) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.eps = 0.0f;
   EXPECT_REJECTED(f.call(), CODA_ERROR_INVALID_ARGUMENT, "eps", "> 0");
 }
 
 TEST(Validation, WorkspaceTooSmall) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   ASSERT_GT(f.ws_bytes, 0u);
   f.ws_bytes -= 1;
@@ -334,14 +334,14 @@ TEST(Validation, WorkspaceTooSmall) {
 }
 
 TEST(Validation, WorkspaceNull) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.ws = nullptr;
   EXPECT_REJECTED(f.call(), CODA_ERROR_WORKSPACE, "workspace", "NULL");
 }
 
 TEST(Validation, WorkspaceMisaligned) {
-  F1 f;
+  ResidualRmsnorm f;
   auto& pool = f.pool;
   f.ws = f.pool.bytes(f.ws_bytes + 256);
   f.ws = static_cast<char*>(f.ws) + 16;

@@ -108,50 +108,51 @@ std::vector<Output> all_outputs(coda_dtype dt, uint64_t seed, RopeAngles angles 
   gemm_unfused(transpose(g), transpose(a), 0.5, true, acc_unf, dt, CODA_FP32);
   add("gemm accumulate fp32", acc_ref, acc_unf, CODA_FP32);
 
-  // F1 and rmsnorm_prepare.
+  // linear_residual_rmsnorm and rmsnorm_prepare.
   const Matrix residual = round_to(random_residual(m_rows, d, rng), dt);
   const Vector gamma = round_to(random_gamma(d, rng), dt);
-  const ResidualRmsnorm f1 = linear_residual_rmsnorm(a, w_o, residual, gamma, eps);
-  const ResidualRmsnorm f1u = linear_residual_rmsnorm_unfused(a, w_o, residual, gamma, eps, dt);
-  add("F1 x", f1.x, f1u.x, dt);
-  add("F1 h", f1.h, f1u.h, dt);
-  add_v("F1 rstd", f1.rstd, f1u.rstd, CODA_FP32);
+  const ResidualRmsnorm out_proj = linear_residual_rmsnorm(a, w_o, residual, gamma, eps);
+  const ResidualRmsnorm out_proj_u = linear_residual_rmsnorm_unfused(a, w_o, residual, gamma, eps, dt);
+  add("linear_residual_rmsnorm x", out_proj.x, out_proj_u.x, dt);
+  add("linear_residual_rmsnorm h", out_proj.h, out_proj_u.h, dt);
+  add_v("linear_residual_rmsnorm rstd", out_proj.rstd, out_proj_u.rstd, CODA_FP32);
   const RmsnormPrepare prep = rmsnorm_prepare(residual, gamma, eps);
   const RmsnormPrepare prepu = rmsnorm_prepare_unfused(residual, gamma, eps, dt);
   add("prepare h", prep.h, prepu.h, dt);
   add_v("prepare rstd", prep.rstd, prepu.rstd, CODA_FP32);
 
-  // F2-F5 on stored h (dtype) and rstd (fp32).
-  const Matrix h = round_to(f1.h, dt);
-  const Vector rstd = round_to(f1.rstd, CODA_FP32);
+  // linear_rowscale and its fused variants (swiglu, rope, qk_norm_rope, lse) on stored h (dtype) and rstd (fp32).
+  const Matrix h = round_to(out_proj.h, dt);
+  const Vector rstd = round_to(out_proj.rstd, CODA_FP32);
   const Matrix w2 = weight(f_width, d);
-  add("F2 y", linear_rowscale(h, w2, rstd), linear_rowscale_unfused(h, w2, rstd, dt), dt);
+  add("linear_rowscale y", linear_rowscale(h, w2, rstd), linear_rowscale_unfused(h, w2, rstd, dt), dt);
   const Matrix w_gu = weight(2 * f_width, d);
-  const Swiglu f3 = linear_rowscale_swiglu(h, w_gu, rstd);
-  const Swiglu f3u = linear_rowscale_swiglu_unfused(h, w_gu, rstd, dt);
-  add("F3 z", f3.z, f3u.z, dt);
-  add("F3 y", f3.y, f3u.y, dt);
+  const Swiglu gate_up = linear_rowscale_swiglu(h, w_gu, rstd);
+  const Swiglu gate_up_u = linear_rowscale_swiglu_unfused(h, w_gu, rstd, dt);
+  add("linear_rowscale_swiglu z", gate_up.z, gate_up_u.z, dt);
+  add("linear_rowscale_swiglu y", gate_up.y, gate_up_u.y, dt);
   const Matrix w_qkv = weight(heads.width(), d);
   const Positions pos = random_positions(m_rows, 300000, rng);
   const Vector inv_freq = rope_inv_freq(heads.head_dim);
-  add("F4 qkv", linear_rowscale_rope(h, w_qkv, rstd, pos, inv_freq, heads),
+  add("linear_rowscale_rope qkv", linear_rowscale_rope(h, w_qkv, rstd, pos, inv_freq, heads),
       linear_rowscale_rope_unfused(h, w_qkv, rstd, pos, inv_freq, heads, dt, angles), dt);
   const QkNorm qk_norm_args{round_to(random_gamma(heads.head_dim, rng), dt),
                             round_to(random_gamma(heads.head_dim, rng), dt), 1e-6};
-  add("F4 qk-norm qkv", linear_rowscale_qk_norm_rope(h, w_qkv, rstd, qk_norm_args, pos, inv_freq, heads),
+  add("linear_rowscale_qk_norm_rope qkv",
+      linear_rowscale_qk_norm_rope(h, w_qkv, rstd, qk_norm_args, pos, inv_freq, heads),
       linear_rowscale_qk_norm_rope_unfused(h, w_qkv, rstd, qk_norm_args, pos, inv_freq, heads, dt, angles), dt);
   const Matrix w_v = weight(vocab, d, 0.1);
   const Targets targets = random_targets(m_rows, vocab, rng, 0.2);
   for (const double cap : {0.0, 5.0}) {
     const std::string tag = cap > 0 ? " softcap" : "";
-    const Lse f5 = linear_rowscale_lse(h, w_v, rstd, targets, cap, -100);
-    const Lse f5u = linear_rowscale_lse_unfused(h, w_v, rstd, targets, cap, -100, dt);
-    add("F5 logits" + tag, f5.logits, f5u.logits, dt);
-    add_v("F5 lse" + tag, f5.lse, f5u.lse, CODA_FP32);
-    add_v("F5 target_logit" + tag, f5.target_logit, f5u.target_logit, CODA_FP32);
+    const Lse lm_head = linear_rowscale_lse(h, w_v, rstd, targets, cap, -100);
+    const Lse lm_head_u = linear_rowscale_lse_unfused(h, w_v, rstd, targets, cap, -100, dt);
+    add("linear_rowscale_lse logits" + tag, lm_head.logits, lm_head_u.logits, dt);
+    add_v("linear_rowscale_lse lse" + tag, lm_head.lse, lm_head_u.lse, CODA_FP32);
+    add_v("linear_rowscale_lse target_logit" + tag, lm_head.target_logit, lm_head_u.target_logit, CODA_FP32);
   }
 
-  // F6 on stored logits, several option sets.
+  // cross_entropy on stored logits, several option sets.
   const Matrix logits = round_to(random_normal(m_rows, vocab, 0.0, 3.0, rng), dt);
   struct CeVariant {
     const char* name;
@@ -172,54 +173,56 @@ std::vector<Output> all_outputs(coda_dtype dt, uint64_t seed, RopeAngles angles 
     const Vector gl = v.per_row ? per_row_grad : Vector{0.5};
     const CrossEntropy ce = cross_entropy(logits, targets, opt, gl, d);
     const CrossEntropy ceu = cross_entropy_unfused(logits, targets, opt, gl, d, dt);
-    add_v(std::string("F6 loss ") + v.name, ce.loss, ceu.loss, CODA_FP32);
-    add(std::string("F6 dlogits ") + v.name, ce.dlogits, ceu.dlogits, dt);
-    add_v(std::string("F6 zdz ") + v.name, ce.zdz, ceu.zdz, CODA_FP32);
+    add_v(std::string("cross_entropy loss ") + v.name, ce.loss, ceu.loss, CODA_FP32);
+    add(std::string("cross_entropy dlogits ") + v.name, ce.dlogits, ceu.dlogits, dt);
+    add_v(std::string("cross_entropy zdz ") + v.name, ce.zdz, ceu.zdz, CODA_FP32);
   }
 
-  // B1 on stored qkv and dqkv.
+  // rope_bwd_zdz on stored qkv and dqkv.
   const Matrix qkv = act(m_rows, heads.width());
   const Matrix dqkv = act(m_rows, heads.width());
-  const RopeBwd b1 = rope_bwd_zdz(qkv, dqkv, pos, inv_freq, heads, d);
-  const RopeBwd b1u = rope_bwd_zdz_unfused(qkv, dqkv, pos, inv_freq, heads, d, dt, angles);
-  add("B1 dz", b1.dz, b1u.dz, dt);
-  add_v("B1 zdz", b1.zdz, b1u.zdz, CODA_FP32);
+  const RopeBwd qkv_bwd = rope_bwd_zdz(qkv, dqkv, pos, inv_freq, heads, d);
+  const RopeBwd qkv_bwd_u = rope_bwd_zdz_unfused(qkv, dqkv, pos, inv_freq, heads, d, dt, angles);
+  add("rope_bwd_zdz dz", qkv_bwd.dz, qkv_bwd_u.dz, dt);
+  add_v("rope_bwd_zdz zdz", qkv_bwd.zdz, qkv_bwd_u.zdz, CODA_FP32);
 
-  // B1 with QK-norm on a stored pre-norm z and dqkv.
+  // qk_norm_rope_bwd_zdz on a stored pre-norm z and dqkv.
   const Matrix zq = act(m_rows, heads.width());
   const Matrix qkv_n = rope(qk_norm(zq, qk_norm_args, heads), pos, inv_freq, heads);
   const QkNormRopeBwd bq = qk_norm_rope_bwd(zq, qkv_n, dqkv, qk_norm_args, pos, inv_freq, heads, d);
   const QkNormRopeBwd bqu = qk_norm_rope_bwd_unfused(zq, dqkv, qk_norm_args, pos, inv_freq, heads, d, dt, angles);
-  add("B1 qk-norm dz", bq.dz, bqu.dz, dt);
-  add_v("B1 qk-norm zdz", bq.zdz, bqu.zdz, CODA_FP32);
-  add_v("B1 qk-norm dq_gamma", bq.dq_gamma, bqu.dq_gamma, CODA_FP32);
-  add_v("B1 qk-norm dk_gamma", bq.dk_gamma, bqu.dk_gamma, CODA_FP32);
+  add("qk_norm_rope_bwd_zdz dz", bq.dz, bqu.dz, dt);
+  add_v("qk_norm_rope_bwd_zdz zdz", bq.zdz, bqu.zdz, CODA_FP32);
+  add_v("qk_norm_rope_bwd_zdz dq_gamma", bq.dq_gamma, bqu.dq_gamma, CODA_FP32);
+  add_v("qk_norm_rope_bwd_zdz dk_gamma", bq.dk_gamma, bqu.dk_gamma, CODA_FP32);
 
-  // B2 on stored dz, x, gamma, fp32 rstd and zdz (zdz = (1/d) <dz, z>, scaled by alpha inside B2), with dx_in and alpha.
+  // linear_residual_rmsnorm_bwd on stored dz, x, gamma, fp32 rstd and zdz (zdz = (1/d) <dz, z>, scaled by alpha
+  // inside the op), with dx_in and alpha.
   const double alpha = 0.5;
   const Matrix dz = act(m_rows, f_width);
-  const Matrix x = round_to(f1.x, dt);
+  const Matrix x = round_to(out_proj.x, dt);
   const Vector rstd_x = round_to(rmsnorm_rstd_rows(x, eps), CODA_FP32);
   Matrix a_exact = scale_rows(x, rstd_x);
   for (int64_t i = 0; i < a_exact.rows; ++i)
     for (int64_t j = 0; j < a_exact.cols; ++j) a_exact(i, j) *= gamma[static_cast<size_t>(j)];
   const Vector zdz_in = round_to(row_dot(dz, linear(a_exact, w2), 1.0 / static_cast<double>(d)), CODA_FP32);
   const Matrix dx_in = act(m_rows, d);
-  const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(dz, w2, x, gamma, rstd_x, zdz_in, &dx_in, alpha);
-  const ResidualRmsnormBwd b2u = linear_residual_rmsnorm_bwd_unfused(dz, w2, x, gamma, rstd_x, &dx_in, alpha, dt);
-  add("B2 dx", b2.dx, b2u.dx, dt);
-  add("B2 a", b2.a, b2u.a, dt);
-  add_v("B2 dgamma", b2.dgamma, b2u.dgamma, CODA_FP32);
+  const ResidualRmsnormBwd norm_bwd = linear_residual_rmsnorm_bwd(dz, w2, x, gamma, rstd_x, zdz_in, &dx_in, alpha);
+  const ResidualRmsnormBwd norm_bwd_u =
+      linear_residual_rmsnorm_bwd_unfused(dz, w2, x, gamma, rstd_x, &dx_in, alpha, dt);
+  add("linear_residual_rmsnorm_bwd dx", norm_bwd.dx, norm_bwd_u.dx, dt);
+  add("linear_residual_rmsnorm_bwd a", norm_bwd.a, norm_bwd_u.a, dt);
+  add_v("linear_residual_rmsnorm_bwd dgamma", norm_bwd.dgamma, norm_bwd_u.dgamma, CODA_FP32);
 
-  // B3 on stored dx, w_down, z.
+  // linear_swiglu_bwd_zdz on stored dx, w_down, z.
   const Matrix w_down = weight(d, f_width);
-  const Matrix z = round_to(f3.z, dt);
+  const Matrix z = round_to(gate_up.z, dt);
   const Matrix dx = act(m_rows, d);
-  const SwigluBwd b3 = linear_swiglu_bwd_zdz(dx, w_down, z);
-  const SwigluBwd b3u = linear_swiglu_bwd_zdz_unfused(dx, w_down, z, dt);
-  add("B3 dz", b3.dz, b3u.dz, dt);
-  add("B3 y", b3.y, b3u.y, dt);
-  add_v("B3 zdz", b3.zdz, b3u.zdz, CODA_FP32);
+  const SwigluBwd down_bwd = linear_swiglu_bwd_zdz(dx, w_down, z);
+  const SwigluBwd down_bwd_u = linear_swiglu_bwd_zdz_unfused(dx, w_down, z, dt);
+  add("linear_swiglu_bwd_zdz dz", down_bwd.dz, down_bwd_u.dz, dt);
+  add("linear_swiglu_bwd_zdz y", down_bwd.y, down_bwd_u.y, dt);
+  add_v("linear_swiglu_bwd_zdz zdz", down_bwd.zdz, down_bwd_u.zdz, CODA_FP32);
   return out;
 }
 
@@ -287,14 +290,14 @@ TEST(ReferenceAcceptance, RopeAngleBaselinesAtLargePositions) {
     const Matrix accurate = round_to(ref, dt);
     EXPECT_TRUE(acceptance(accurate, hf, ref).pass) << acceptance(accurate, hf, ref).message();
     EXPECT_TRUE(acceptance(accurate, exact, ref).pass) << acceptance(accurate, exact, ref).message();
-    // Same for B1.
+    // Same for rope_bwd_zdz.
     const Matrix dqkv = round_to(random_activation(m_rows, heads.width(), rng), dt);
-    const RopeBwd b1 = rope_bwd_zdz(accurate, dqkv, pos, inv_freq, heads, d);
-    const RopeBwd b1_exact = rope_bwd_zdz_unfused(accurate, dqkv, pos, inv_freq, heads, d, dt, RopeAngles::kExact);
-    const RopeBwd b1_naive =
+    const RopeBwd qkv_bwd = rope_bwd_zdz(accurate, dqkv, pos, inv_freq, heads, d);
+    const RopeBwd qkv_bwd_exact = rope_bwd_zdz_unfused(accurate, dqkv, pos, inv_freq, heads, d, dt, RopeAngles::kExact);
+    const RopeBwd qkv_bwd_naive =
         rope_bwd_zdz_unfused(accurate, dqkv, pos, inv_freq, heads, d, CODA_FP32, RopeAngles::kFloat32);
-    EXPECT_FALSE(acceptance(round_to(b1_naive.dz, dt), b1_exact.dz, b1.dz).pass);
-    EXPECT_TRUE(acceptance(round_to(b1.dz, dt), b1_exact.dz, b1.dz).pass);
+    EXPECT_FALSE(acceptance(round_to(qkv_bwd_naive.dz, dt), qkv_bwd_exact.dz, qkv_bwd.dz).pass);
+    EXPECT_TRUE(acceptance(round_to(qkv_bwd.dz, dt), qkv_bwd_exact.dz, qkv_bwd.dz).pass);
   }
 }
 
@@ -309,20 +312,21 @@ TEST(ReferenceAcceptance, TypicalBugsFail) {
     const Acceptance r = acceptance(round_to(bad, dt), unfused, ref);
     EXPECT_FALSE(r.pass) << what << ": " << r.message();
   };
-  // F3 with gate and up swapped.
+  // linear_rowscale_swiglu with gate and up swapped.
   const Matrix w_gu = round_to(random_weight(2 * f_width, d, rng), dt);
-  const Swiglu f3 = linear_rowscale_swiglu(h, w_gu, rstd);
-  Matrix swapped = f3.z;
+  const Swiglu gate_up = linear_rowscale_swiglu(h, w_gu, rstd);
+  Matrix swapped = gate_up.z;
   for (int64_t m = 0; m < m_rows; ++m)
     for (int64_t i = 0; i < f_width; ++i) std::swap(swapped(m, 2 * i), swapped(m, 2 * i + 1));
-  check_fails("F3 gate/up swapped", swiglu(swapped), linear_rowscale_swiglu_unfused(h, w_gu, rstd, dt).y, f3.y);
-  // F4 rotating rotate-half pairs on the paired layout.
+  check_fails("linear_rowscale_swiglu gate/up swapped", swiglu(swapped),
+              linear_rowscale_swiglu_unfused(h, w_gu, rstd, dt).y, gate_up.y);
+  // linear_rowscale_rope rotating rotate-half pairs on the paired layout.
   const RopeHeads heads{2, 1, 16};
   const Matrix w_qkv = round_to(random_weight(heads.width(), d, rng), dt);
   const Positions pos = random_positions(m_rows, 1000, rng);
   const Vector inv_freq = rope_inv_freq(16);
   const Matrix z = linear_rowscale(h, w_qkv, rstd);
-  check_fails("F4 wrong pairs", rope_rotate_half(z, pos, inv_freq, heads),
+  check_fails("linear_rowscale_rope wrong pairs", rope_rotate_half(z, pos, inv_freq, heads),
               linear_rowscale_rope_unfused(h, w_qkv, rstd, pos, inv_freq, heads, dt),
               rope(z, pos, inv_freq, heads));
   // QK-norm with the gammas in HF's (rotate-half) order on the paired layout.
@@ -339,10 +343,10 @@ TEST(ReferenceAcceptance, TypicalBugsFail) {
   check_fails("QK-norm gammas unpaired", linear_rowscale_qk_norm_rope(h, w_qkv, rstd, unpaired, pos, inv_freq, heads),
               linear_rowscale_qk_norm_rope_unfused(h, w_qkv, rstd, qk, pos, inv_freq, heads, dt),
               linear_rowscale_qk_norm_rope(h, w_qkv, rstd, qk, pos, inv_freq, heads));
-  // F2 without the row scale.
-  check_fails("F2 rstd dropped", linear(h, w_qkv), linear_rowscale_unfused(h, w_qkv, rstd, dt),
+  // linear_rowscale without the row scale.
+  check_fails("linear_rowscale rstd dropped", linear(h, w_qkv), linear_rowscale_unfused(h, w_qkv, rstd, dt),
               linear_rowscale(h, w_qkv, rstd));
-  // B2 without the zdz term.
+  // linear_residual_rmsnorm_bwd without the zdz term.
   const Matrix x = round_to(random_residual(m_rows, d, rng), dt);
   const Vector gamma = round_to(random_gamma(d, rng), dt);
   const Vector rstd_x = round_to(rmsnorm_rstd_rows(x, 1e-5), CODA_FP32);
@@ -352,9 +356,9 @@ TEST(ReferenceAcceptance, TypicalBugsFail) {
   const ResidualRmsnormBwd good = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd_x, zdz, nullptr, 1.0);
   const ResidualRmsnormBwd no_zdz =
       linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd_x, Vector(zdz.size(), 0.0), nullptr, 1.0);
-  check_fails("B2 zdz dropped", no_zdz.dx,
+  check_fails("linear_residual_rmsnorm_bwd zdz dropped", no_zdz.dx,
               linear_residual_rmsnorm_bwd_unfused(dz, w, x, gamma, rstd_x, nullptr, 1.0, dt).dx, good.dx);
-  // F6 mean dividing by M instead of the number of non-ignored rows.
+  // cross_entropy's mean dividing by M instead of the number of non-ignored rows.
   const Matrix logits = round_to(random_normal(m_rows, vocab, 0.0, 2.0, rng), dt);
   const Targets targets = random_targets(m_rows, vocab, rng, 0.4);
   const CrossEntropy ce = cross_entropy(logits, targets, default_ce_options(), {}, d);

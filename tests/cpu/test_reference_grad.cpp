@@ -1,7 +1,8 @@
 // Finite-difference checks (central differences, float64, small shapes) of every backward in the reference:
-// rstd, the direct RMSNorm backward, B1, B2 (dx, dgamma, dW with alpha and dx_in), B3, cross-entropy with every
-// option, QK-norm + RoPE, and whole chains (LM head, MLP, q/k/v input with and without QK-norm) where B1/B3/F6
-// feed zdz to B2.
+// rstd, the direct RMSNorm backward, rope_bwd_zdz, linear_residual_rmsnorm_bwd (dx, dgamma, dW with alpha and
+// dx_in), linear_swiglu_bwd_zdz, cross-entropy with every option, QK-norm + RoPE, and whole chains (LM head, MLP,
+// q/k/v input with and without QK-norm) where rope_bwd_zdz / linear_swiglu_bwd_zdz / cross_entropy feed zdz to
+// linear_residual_rmsnorm_bwd.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,9 +52,9 @@ TEST(ReferenceGrad, DirectRmsnormBackward) {
               "dgamma");
 }
 
-// B2: f = alpha <dz, rmsnorm(x) W^T> + <dx_in, x>, so df/dx = B2.dx, df/dgamma = B2.dgamma,
-// df/dW = alpha dz^T a, with zdz = (1/N) sum_j z dz (B2 scales it by alpha together with D).
-TEST(ReferenceGrad, B2LinearResidualRmsnormBwd) {
+// linear_residual_rmsnorm_bwd: f = alpha <dz, rmsnorm(x) W^T> + <dx_in, x>, so df/dx = its dx, df/dgamma = its
+// dgamma, df/dW = alpha dz^T a, with zdz = (1/N) sum_j z dz (the op scales it by alpha together with D).
+TEST(ReferenceGrad, LinearResidualRmsnormBwd) {
   for (const bool with_dx_in : {false, true}) {
     for (const double alpha : {1.0, 0.37}) {
       SCOPED_TRACE("dx_in " + std::to_string(with_dx_in) + ", alpha " + std::to_string(alpha));
@@ -85,8 +86,8 @@ TEST(ReferenceGrad, B2LinearResidualRmsnormBwd) {
   }
 }
 
-// B1: f = <dqkv, rope(z)>; B1's dz is df/dz, and its zdz (from the rotated qkv) equals (1/d) <z, dz>.
-TEST(ReferenceGrad, B1RopeBwdZdz) {
+// rope_bwd_zdz: f = <dqkv, rope(z)>; its dz is df/dz, and its zdz (from the rotated qkv) equals (1/d) <z, dz>.
+TEST(ReferenceGrad, RopeBwdZdz) {
   for (const RopeHeads heads : {RopeHeads{4, 2, 8}, RopeHeads{4, 1, 8}, RopeHeads{2, 2, 4}}) {
     SCOPED_TRACE("heads " + std::to_string(heads.n_q_heads) + "/" + std::to_string(heads.n_kv_heads) + " hd " +
                  std::to_string(heads.head_dim));
@@ -103,8 +104,8 @@ TEST(ReferenceGrad, B1RopeBwdZdz) {
   }
 }
 
-// B3: f = <dx, swiglu(z) W_down^T>; dz, dW_down = dx^T y, and zdz = (1/d) sum (g dg + u du).
-TEST(ReferenceGrad, B3LinearSwigluBwdZdz) {
+// linear_swiglu_bwd_zdz: f = <dx, swiglu(z) W_down^T>; dz, dW_down = dx^T y, and zdz = (1/d) sum (g dg + u du).
+TEST(ReferenceGrad, LinearSwigluBwdZdz) {
   Rng rng(15);
   const int64_t m_rows = 5, d = 12, f_width = 8;
   const Matrix z = random_normal(m_rows, 2 * f_width, 0.0, 2.0, rng);  // wide range of gates
@@ -237,10 +238,11 @@ TEST(ReferenceGrad, CrossEntropyEveryOption) {
   }
 }
 
-// ---- whole chains: zdz produced by F6 / B3 / B1 and consumed by B2 ------------------------------------------------
+// ---- whole chains: cross_entropy, linear_swiglu_bwd_zdz or rope_bwd_zdz feed zdz to linear_residual_rmsnorm_bwd ---
 
-// LM head: x -> RMSNorm -> logits = n W^T -> cross-entropy. B2 with F6's dlogits and zdz gives dx, dgamma, dW.
-TEST(ReferenceGrad, LmHeadChainThroughB2) {
+// LM head: x -> RMSNorm -> logits = n W^T -> cross-entropy. linear_residual_rmsnorm_bwd with cross_entropy's dlogits
+// and zdz gives dx, dgamma, dW.
+TEST(ReferenceGrad, LmHeadChainThroughNormBwd) {
   Rng rng(17);
   const int64_t m_rows = 6, d = 16, vocab = 13;
   const double eps = 1e-5;
@@ -256,7 +258,8 @@ TEST(ReferenceGrad, LmHeadChainThroughB2) {
   auto loss = [&](const Matrix& xx, const Vector& gg, const Matrix& ww) {
     return cross_entropy(linear(rmsnorm(xx, gg, eps), ww), targets, opt, {}, d).loss[0];
   };
-  // Forward as CODA runs it: h and rstd (F1 / rmsnorm_prepare), logits from F5's GEMM.
+  // Forward as CODA runs it: h and rstd (linear_residual_rmsnorm / rmsnorm_prepare), logits from linear_rowscale_lse's
+  // GEMM.
   const RmsnormPrepare prep = rmsnorm_prepare(x, gamma, eps);
   const Lse head = linear_rowscale_lse(prep.h, w, prep.rstd, targets, opt.softcap, opt.ignore_index);
   const CrossEntropy ce = cross_entropy(head.logits, targets, opt, {}, d);
@@ -268,9 +271,10 @@ TEST(ReferenceGrad, LmHeadChainThroughB2) {
               "dW");
 }
 
-// The LM-head use of B2's alpha: F6 run with upstream gradient 1 (sum), the scale G applied as alpha in the dgrad
-// GEMM. zdz comes from F6 unscaled; B2 scales it by alpha together with D. Pre-scaling it by hand is then wrong.
-TEST(ReferenceGrad, B2AlphaScalesZdzToo) {
+// The LM-head use of linear_residual_rmsnorm_bwd's alpha: cross_entropy run with upstream gradient 1 (sum), the
+// scale G applied as alpha in the dgrad GEMM. zdz comes from cross_entropy unscaled; linear_residual_rmsnorm_bwd
+// scales it by alpha together with D. Pre-scaling it by hand is then wrong.
+TEST(ReferenceGrad, NormBwdAlphaScalesZdzToo) {
   Rng rng(18);
   const int64_t m_rows = 5, d = 12, vocab = 9;
   const double eps = 1e-5, g_upstream = 0.25;
@@ -287,20 +291,21 @@ TEST(ReferenceGrad, B2AlphaScalesZdzToo) {
   const CrossEntropy ce = cross_entropy(linear(rmsnorm(x, gamma, eps), w), targets, opt, {}, d);
   const Matrix num = numeric_gradient(loss, x);
   const ResidualRmsnormBwd good = linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, ce.zdz, nullptr, g_upstream);
-  expect_grad(num, good.dx, "dx with F6's zdz and alpha");
+  expect_grad(num, good.dx, "dx with cross_entropy's zdz and alpha");
   Vector zdz_scaled = ce.zdz;
   for (double& v : zdz_scaled) v *= g_upstream;
   const ResidualRmsnormBwd bad =
       linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, zdz_scaled, nullptr, g_upstream);
   EXPECT_GT(max_abs_diff(num, bad.dx), 1e-3 * max_abs(num)) << "alpha applied twice to zdz should not match";
-  // Same result as F6 with the upstream gradient inside dlogits and alpha = 1.
+  // Same result as cross_entropy with the upstream gradient inside dlogits and alpha = 1.
   const CrossEntropy ce_g = cross_entropy(linear(rmsnorm(x, gamma, eps), w), targets, opt, {g_upstream}, d);
   const ResidualRmsnormBwd same = linear_residual_rmsnorm_bwd(ce_g.dlogits, w, x, gamma, rstd, ce_g.zdz, nullptr, 1.0);
   EXPECT_LE(max_abs_diff(same.dx, good.dx), 1e-13 * max_abs(good.dx));
 }
 
-// MLP: out = swiglu(RMSNorm(x) W_gu^T) W_down^T + x; L = <G, out>. B3 (dz, zdz) then B2 with dx_in = G.
-TEST(ReferenceGrad, MlpChainB3ThenB2) {
+// MLP: out = swiglu(RMSNorm(x) W_gu^T) W_down^T + x; L = <G, out>. linear_swiglu_bwd_zdz (dz, zdz) then
+// linear_residual_rmsnorm_bwd with dx_in = G.
+TEST(ReferenceGrad, MlpChainSwigluBwdThenNormBwd) {
   Rng rng(19);
   const int64_t m_rows = 5, d = 12, f_width = 10;
   const double eps = 1e-5;
@@ -314,15 +319,16 @@ TEST(ReferenceGrad, MlpChainB3ThenB2) {
   };
   const RmsnormPrepare prep = rmsnorm_prepare(x, gamma, eps);
   const Swiglu fwd = linear_rowscale_swiglu(prep.h, w_gu, prep.rstd);
-  const SwigluBwd b3 = linear_swiglu_bwd_zdz(g_out, w_down, fwd.z);
-  const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(b3.dz, w_gu, x, gamma, prep.rstd, b3.zdz, &g_out, 1.0);
-  expect_grad(numeric_gradient([&](const Matrix& v) { return loss(v, gamma, w_gu, w_down); }, x), b2.dx, "dx");
-  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_gu, w_down); }, gamma), b2.dgamma,
+  const SwigluBwd down_bwd = linear_swiglu_bwd_zdz(g_out, w_down, fwd.z);
+  const ResidualRmsnormBwd norm_bwd =
+      linear_residual_rmsnorm_bwd(down_bwd.dz, w_gu, x, gamma, prep.rstd, down_bwd.zdz, &g_out, 1.0);
+  expect_grad(numeric_gradient([&](const Matrix& v) { return loss(v, gamma, w_gu, w_down); }, x), norm_bwd.dx, "dx");
+  expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_gu, w_down); }, gamma), norm_bwd.dgamma,
               "dgamma");
   expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, v, w_down); }, w_gu),
-              wgrad(b3.dz, b2.a), "dW_gu");
+              wgrad(down_bwd.dz, norm_bwd.a), "dW_gu");
   expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, w_gu, v); }, w_down),
-              wgrad(g_out, b3.y), "dW_down");
+              wgrad(g_out, down_bwd.y), "dW_down");
 }
 
 // QK-norm: per head, the same as the row RMSNorm of that head's columns.
@@ -352,7 +358,7 @@ TEST(ReferenceGrad, QkNormIsRmsnormPerHead) {
   }
 }
 
-// B1 with QK-norm: f = <dqkv, rope(qk_norm(z))>; dz, both gammas' gradients, the zdz identity
+// qk_norm_rope_bwd_zdz: f = <dqkv, rope(qk_norm(z))>; dz, both gammas' gradients, the zdz identity
 // (1/d) <z, dz> = (1/d) (sum_h eps r_h^2 <dqkv_h, qkv_h> + <v, dv>), and nh = R^T(qkv) / gamma = u r where gamma != 0.
 TEST(ReferenceGrad, QkNormRopeBwd) {
   for (const RopeHeads heads : {RopeHeads{4, 2, 8}, RopeHeads{4, 1, 8}, RopeHeads{2, 2, 4}}) {
@@ -394,9 +400,9 @@ TEST(ReferenceGrad, QkNormRopeBwd) {
 }
 
 // q/k/v input: qkv = rope(RMSNorm(x) W_qkv^T), or with QK-norm (Qwen3) rope(qk_norm(RMSNorm(x) W_qkv^T));
-// L = <G, qkv> + <dx_in, x>. B1 (dz, zdz), or B1 with QK-norm (zdz from the head dots), then B2: the input norm's
-// zdz rewrite holds with the per-head norm in between.
-TEST(ReferenceGrad, QkvChainB1ThenB2) {
+// L = <G, qkv> + <dx_in, x>. rope_bwd_zdz (dz, zdz), or qk_norm_rope_bwd_zdz (zdz from the head dots), then
+// linear_residual_rmsnorm_bwd: the input norm's zdz rewrite holds with the per-head norm in between.
+TEST(ReferenceGrad, QkvChainRopeBwdThenNormBwd) {
   for (const bool with_qk_norm : {false, true}) {
     SCOPED_TRACE(with_qk_norm ? "with QK-norm" : "without QK-norm");
     Rng rng(20);
@@ -421,23 +427,23 @@ TEST(ReferenceGrad, QkvChainB1ThenB2) {
     if (with_qk_norm) {
       const Matrix z = linear_rowscale(prep.h, w_qkv, prep.rstd);
       const Matrix qkv = linear_rowscale_qk_norm_rope(prep.h, w_qkv, prep.rstd, norm, pos, inv_freq, heads);
-      const QkNormRopeBwd b1 = qk_norm_rope_bwd(z, qkv, g_out, norm, pos, inv_freq, heads, d);
+      const QkNormRopeBwd qkv_bwd = qk_norm_rope_bwd(z, qkv, g_out, norm, pos, inv_freq, heads, d);
       auto with_q_gamma = [&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{v, norm.k_gamma, 1e-3}); };
       auto with_k_gamma = [&](const Vector& v) { return loss(x, gamma, w_qkv, QkNorm{norm.q_gamma, v, 1e-3}); };
-      expect_grad(numeric_gradient(with_q_gamma, norm.q_gamma), b1.dq_gamma, "dq_gamma");
-      expect_grad(numeric_gradient(with_k_gamma, norm.k_gamma), b1.dk_gamma, "dk_gamma");
-      dz = b1.dz, zdz = b1.zdz;
+      expect_grad(numeric_gradient(with_q_gamma, norm.q_gamma), qkv_bwd.dq_gamma, "dq_gamma");
+      expect_grad(numeric_gradient(with_k_gamma, norm.k_gamma), qkv_bwd.dk_gamma, "dk_gamma");
+      dz = qkv_bwd.dz, zdz = qkv_bwd.zdz;
     } else {
       const Matrix qkv = linear_rowscale_rope(prep.h, w_qkv, prep.rstd, pos, inv_freq, heads);
-      const RopeBwd b1 = rope_bwd_zdz(qkv, g_out, pos, inv_freq, heads, d);
-      dz = b1.dz, zdz = b1.zdz;
+      const RopeBwd qkv_bwd = rope_bwd_zdz(qkv, g_out, pos, inv_freq, heads, d);
+      dz = qkv_bwd.dz, zdz = qkv_bwd.zdz;
     }
-    const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(dz, w_qkv, x, gamma, prep.rstd, zdz, &dx_in, 1.0);
-    expect_grad(numeric_gradient([&](const Matrix& v) { return loss(v, gamma, w_qkv, norm); }, x), b2.dx, "dx");
-    expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_qkv, norm); }, gamma), b2.dgamma,
+    const ResidualRmsnormBwd norm_bwd = linear_residual_rmsnorm_bwd(dz, w_qkv, x, gamma, prep.rstd, zdz, &dx_in, 1.0);
+    expect_grad(numeric_gradient([&](const Matrix& v) { return loss(v, gamma, w_qkv, norm); }, x), norm_bwd.dx, "dx");
+    expect_grad(numeric_gradient([&](const Vector& v) { return loss(x, v, w_qkv, norm); }, gamma), norm_bwd.dgamma,
                 "dgamma");
-    expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, v, norm); }, w_qkv), wgrad(dz, b2.a),
-                "dW_qkv");
+    expect_grad(numeric_gradient([&](const Matrix& v) { return loss(x, gamma, v, norm); }, w_qkv),
+                wgrad(dz, norm_bwd.a), "dW_qkv");
   }
 }
 

@@ -98,12 +98,12 @@ TEST(ReferenceLayout, InterleavedGateUpMatchesHfStacked) {
   Matrix y_hf(m_rows, f_width);
   for (int64_t m = 0; m < m_rows; ++m)
     for (int64_t i = 0; i < f_width; ++i) y_hf(m, i) = silu(gate(m, i)) * up(m, i);
-  const Swiglu f3 = linear_rowscale_swiglu(h, interleave_gate_up(vstack(w_gate, w_up)), rstd);
-  EXPECT_EQ(max_abs_diff(f3.y, y_hf), 0.0);  // same dot products, same order: bit-identical
+  const Swiglu gate_up = linear_rowscale_swiglu(h, interleave_gate_up(vstack(w_gate, w_up)), rstd);
+  EXPECT_EQ(max_abs_diff(gate_up.y, y_hf), 0.0);  // same dot products, same order: bit-identical
   for (int64_t m = 0; m < m_rows; ++m)
     for (int64_t i = 0; i < f_width; ++i) {
-      EXPECT_EQ(f3.z(m, 2 * i), gate(m, i));
-      EXPECT_EQ(f3.z(m, 2 * i + 1), up(m, i));
+      EXPECT_EQ(gate_up.z(m, 2 * i), gate(m, i));
+      EXPECT_EQ(gate_up.z(m, 2 * i + 1), up(m, i));
     }
 }
 

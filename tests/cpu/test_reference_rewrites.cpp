@@ -1,6 +1,7 @@
 // The two rewrites of MATH.md and the split of whole-row operations into tiles, in float64:
-//   - deferred row scale: diag(r) (x*gamma) W^T == RMSNorm(x) W^T (F2-F5 against the textbook composition);
-//   - zdz: <D*gamma, c> == <dz, z>, so B2 with zdz equals the direct RMSNorm backward;
+//   - deferred row scale: diag(r) (x*gamma) W^T == RMSNorm(x) W^T (linear_rowscale and its fused variants against
+//     the textbook composition);
+//   - zdz: <D*gamma, c> == <dz, z>, so linear_residual_rmsnorm_bwd with zdz equals the direct RMSNorm backward;
 //   - per-tile partials (sums of squares, dgamma, zdz) add up to the whole row/column for several tile widths;
 //   - the blocked online log-sum-exp (lanes, tiles, masked overhang) equals the direct one, also for huge logits.
 #include <gtest/gtest.h>
@@ -38,45 +39,45 @@ TEST(ReferenceRewrites, DeferredRowScale) {
   const Matrix residual = random_residual(m_rows, d, rng);
   const Vector gamma = random_gamma(d, rng);
 
-  // F1 gives x, h = x*gamma and rstd; the next GEMM applies rstd to its accumulator rows.
-  const ResidualRmsnorm f1 = linear_residual_rmsnorm(a, w_o, residual, gamma, eps);
+  // linear_residual_rmsnorm gives x, h = x*gamma and rstd; the next GEMM applies rstd to its accumulator rows.
+  const ResidualRmsnorm out_proj = linear_residual_rmsnorm(a, w_o, residual, gamma, eps);
   Matrix x_direct = residual;
   const Matrix lin = linear(a, w_o);
   for (size_t i = 0; i < x_direct.data.size(); ++i) x_direct.data[i] += lin.data[i];
-  expect_rel(f1.x, x_direct, 1e-15, "F1 x");
-  const Matrix n = rmsnorm(f1.x, gamma, eps);
+  expect_rel(out_proj.x, x_direct, 1e-15, "linear_residual_rmsnorm x");
+  const Matrix n = rmsnorm(out_proj.x, gamma, eps);
 
-  // F2: diag(r) (h W^T) == RMSNorm(x) W^T.
+  // linear_rowscale: diag(r) (h W^T) == RMSNorm(x) W^T.
   const Matrix w = random_weight(f_width, d, rng);
-  expect_rel(linear_rowscale(f1.h, w, f1.rstd), linear(n, w), 1e-14, "F2");
-  // F3: z and y.
+  expect_rel(linear_rowscale(out_proj.h, w, out_proj.rstd), linear(n, w), 1e-14, "linear_rowscale");
+  // linear_rowscale_swiglu: z and y.
   const Matrix w_gu = random_weight(2 * f_width, d, rng);
-  const Swiglu f3 = linear_rowscale_swiglu(f1.h, w_gu, f1.rstd);
-  expect_rel(f3.z, linear(n, w_gu), 1e-14, "F3 z");
-  expect_rel(f3.y, swiglu(linear(n, w_gu)), 1e-14, "F3 y");
-  // F4.
+  const Swiglu gate_up = linear_rowscale_swiglu(out_proj.h, w_gu, out_proj.rstd);
+  expect_rel(gate_up.z, linear(n, w_gu), 1e-14, "linear_rowscale_swiglu z");
+  expect_rel(gate_up.y, swiglu(linear(n, w_gu)), 1e-14, "linear_rowscale_swiglu y");
+  // linear_rowscale_rope.
   const RopeHeads heads{4, 2, 8};
   const Matrix w_qkv = random_weight(heads.width(), d, rng);
   const Positions pos = random_positions(m_rows, 200000, rng);
   const Vector inv_freq = rope_inv_freq(heads.head_dim);
-  expect_rel(linear_rowscale_rope(f1.h, w_qkv, f1.rstd, pos, inv_freq, heads),
-             rope(linear(n, w_qkv), pos, inv_freq, heads), 1e-14, "F4");
-  // F5 (with softcap).
+  expect_rel(linear_rowscale_rope(out_proj.h, w_qkv, out_proj.rstd, pos, inv_freq, heads),
+             rope(linear(n, w_qkv), pos, inv_freq, heads), 1e-14, "linear_rowscale_rope");
+  // linear_rowscale_lse (with softcap).
   const Matrix w_v = random_weight(vocab, d, rng, 1.0);
   const Targets targets = random_targets(m_rows, vocab, rng, 0.3);
-  const Lse f5 = linear_rowscale_lse(f1.h, w_v, f1.rstd, targets, 15.0, -100);
+  const Lse lm_head = linear_rowscale_lse(out_proj.h, w_v, out_proj.rstd, targets, 15.0, -100);
   const Lse direct = logits_lse(linear(n, w_v), targets, 15.0, -100);
-  expect_rel(f5.logits, direct.logits, 1e-14, "F5 logits");
-  expect_rel(f5.lse, direct.lse, 1e-14, "F5 lse");
-  EXPECT_LE(max_abs_diff(f5.target_logit, direct.target_logit), 1e-13);
-  // rmsnorm_prepare: same h and rstd as F1 would give for this x.
-  const RmsnormPrepare prep = rmsnorm_prepare(f1.x, gamma, eps);
-  EXPECT_EQ(max_abs_diff(prep.h, f1.h), 0.0);
-  EXPECT_EQ(max_abs_diff(prep.rstd, f1.rstd), 0.0);
+  expect_rel(lm_head.logits, direct.logits, 1e-14, "linear_rowscale_lse logits");
+  expect_rel(lm_head.lse, direct.lse, 1e-14, "linear_rowscale_lse lse");
+  EXPECT_LE(max_abs_diff(lm_head.target_logit, direct.target_logit), 1e-13);
+  // rmsnorm_prepare: same h and rstd as linear_residual_rmsnorm would give for this x.
+  const RmsnormPrepare prep = rmsnorm_prepare(out_proj.x, gamma, eps);
+  EXPECT_EQ(max_abs_diff(prep.h, out_proj.h), 0.0);
+  EXPECT_EQ(max_abs_diff(prep.rstd, out_proj.rstd), 0.0);
   expect_rel(scale_rows(prep.h, prep.rstd), n, 1e-15, "h * rstd == RMSNorm(x)");
 }
 
-TEST(ReferenceRewrites, ZdzIdentityAndB2EqualsDirectBackward) {
+TEST(ReferenceRewrites, ZdzIdentityAndNormBwdEqualsDirectBackward) {
   Rng rng(32);
   const int64_t m_rows = 8, n = 24, n_out = 36;
   const double eps = 1e-5, alpha = 0.6;
@@ -98,17 +99,18 @@ TEST(ReferenceRewrites, ZdzIdentityAndB2EqualsDirectBackward) {
   expect_rel(row_dot(d_gamma, c, 1.0), row_dot(dz, z, 1.0), 1e-13, "<D*gamma, c> == <dz, z>");
   expect_rel(row_dot(d_mat, a, 1.0), row_dot(dz, z, 1.0), 1e-13, "<D, a> == <dz, z>");
 
-  // B2 with zdz = alpha (1/N) <dz, z> equals dx_in + the textbook backward of RMSNorm with dn = alpha dz W.
+  // linear_residual_rmsnorm_bwd with zdz = alpha (1/N) <dz, z> equals dx_in + the textbook backward of RMSNorm with
+  // dn = alpha dz W.
   const Vector zdz = row_dot(dz, z, 1.0 / static_cast<double>(n));
-  const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, &dx_in, alpha);
+  const ResidualRmsnormBwd norm_bwd = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, &dx_in, alpha);
   Matrix dn = d_mat;
   for (double& v : dn.data) v *= alpha;
   const RmsnormGrad direct = rmsnorm_bwd(x, gamma, eps, dn);
   Matrix dx_direct = direct.dx;
   for (size_t i = 0; i < dx_direct.data.size(); ++i) dx_direct.data[i] += dx_in.data[i];
-  expect_rel(b2.dx, dx_direct, 1e-13, "B2 dx");
-  expect_rel(b2.dgamma, direct.dgamma, 1e-13, "B2 dgamma");
-  expect_rel(b2.a, a, 1e-15, "B2 a");
+  expect_rel(norm_bwd.dx, dx_direct, 1e-13, "linear_residual_rmsnorm_bwd dx");
+  expect_rel(norm_bwd.dgamma, direct.dgamma, 1e-13, "linear_residual_rmsnorm_bwd dgamma");
+  expect_rel(norm_bwd.a, a, 1e-15, "linear_residual_rmsnorm_bwd a");
 }
 
 TEST(ReferenceRewrites, SumsqPartialsAddUpForEveryTileWidth) {
@@ -146,7 +148,7 @@ TEST(ReferenceRewrites, DgammaAndZdzPartialsAddUp) {
   const Matrix dz = random_activation(m_rows, n_out, rng);
   const Vector rstd = rmsnorm_rstd_rows(x, 1e-5);
   const Vector zdz(static_cast<size_t>(m_rows), 0.1);
-  const ResidualRmsnormBwd b2 = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, nullptr, 1.0);
+  const ResidualRmsnormBwd norm_bwd = linear_residual_rmsnorm_bwd(dz, w, x, gamma, rstd, zdz, nullptr, 1.0);
   // dgamma partials over M-tiles: [T, N] column sums of D * c.
   Matrix dc = dgrad(dz, w);
   const Matrix c = scale_rows(x, rstd);
@@ -154,17 +156,18 @@ TEST(ReferenceRewrites, DgammaAndZdzPartialsAddUp) {
   for (const int64_t tile_m : {64, 128, 256, 7}) {
     const Matrix partials = col_tile_sums(dc, tile_m);
     EXPECT_EQ(partials.rows, (m_rows + tile_m - 1) / tile_m);
-    expect_rel(sum_tiles(partials), b2.dgamma, 1e-13, "dgamma partials, tile_m " + std::to_string(tile_m));
+    expect_rel(sum_tiles(partials), norm_bwd.dgamma, 1e-13, "dgamma partials, tile_m " + std::to_string(tile_m));
   }
-  // B3's zdz as row partials over N-tiles of (1/d)(g dg + u du).
+  // linear_swiglu_bwd_zdz's zdz as row partials over N-tiles of (1/d)(g dg + u du).
   const Matrix z = random_activation(m_rows, 2 * f_width, rng);
   const Matrix w_down = random_weight(n, f_width, rng);
   const Matrix dx = random_activation(m_rows, n, rng);
-  const SwigluBwd b3 = linear_swiglu_bwd_zdz(dx, w_down, z);
+  const SwigluBwd down_bwd = linear_swiglu_bwd_zdz(dx, w_down, z);
   Matrix terms = z;
-  for (size_t i = 0; i < terms.data.size(); ++i) terms.data[i] *= b3.dz.data[i] / static_cast<double>(n);
+  for (size_t i = 0; i < terms.data.size(); ++i) terms.data[i] *= down_bwd.dz.data[i] / static_cast<double>(n);
   for (const int64_t tile : {64, 128, 256, 50}) {
-    expect_rel(sum_tiles(row_tile_sums(terms, tile)), b3.zdz, 1e-13, "B3 zdz partials, tile " + std::to_string(tile));
+    expect_rel(sum_tiles(row_tile_sums(terms, tile)), down_bwd.zdz, 1e-13,
+               "linear_swiglu_bwd_zdz zdz partials, tile " + std::to_string(tile));
   }
 }
 
@@ -239,7 +242,7 @@ TEST(ReferenceRewrites, BlockedLseEqualsDirect) {
   }
 }
 
-TEST(ReferenceRewrites, F5LseAndTargetFeedCrossEntropy) {
+TEST(ReferenceRewrites, LinearRowscaleLseFeedsCrossEntropy) {
   Rng rng(36);
   const int64_t m_rows = 6, d = 16, vocab = 50;
   const Matrix h = random_activation(m_rows, d, rng);
@@ -247,23 +250,23 @@ TEST(ReferenceRewrites, F5LseAndTargetFeedCrossEntropy) {
   const Matrix w = random_weight(vocab, d, rng, 1.0);
   Targets targets = {0, 49, -100, 7, 7, -100};
   for (const double cap : {0.0, 4.0}) {
-    const Lse f5 = linear_rowscale_lse(h, w, rstd, targets, cap, -100);
-    EXPECT_EQ(max_abs_diff(f5.capped, softcap(f5.logits, cap)), 0.0);
-    EXPECT_EQ(f5.target_logit[2], 0.0);
-    EXPECT_EQ(f5.target_logit[5], 0.0);
-    EXPECT_EQ(f5.target_logit[1], f5.capped(1, 49));
-    EXPECT_EQ(f5.target_logit[0], f5.capped(0, 0));
+    const Lse lm_head = linear_rowscale_lse(h, w, rstd, targets, cap, -100);
+    EXPECT_EQ(max_abs_diff(lm_head.capped, softcap(lm_head.logits, cap)), 0.0);
+    EXPECT_EQ(lm_head.target_logit[2], 0.0);
+    EXPECT_EQ(lm_head.target_logit[5], 0.0);
+    EXPECT_EQ(lm_head.target_logit[1], lm_head.capped(1, 49));
+    EXPECT_EQ(lm_head.target_logit[0], lm_head.capped(0, 0));
     coda_ce_options opt = default_ce_options();
     opt.reduction = CODA_REDUCTION_NONE;
     opt.softcap = static_cast<float>(cap);
-    const CrossEntropy ce = cross_entropy(f5.logits, targets, opt, {}, d);
-    EXPECT_LE(max_abs_diff(ce.lse, f5.lse), 1e-14);
+    const CrossEntropy ce = cross_entropy(lm_head.logits, targets, opt, {}, d);
+    EXPECT_LE(max_abs_diff(ce.lse, lm_head.lse), 1e-14);
     for (size_t m = 0; m < targets.size(); ++m) {
-      const double want = targets[m] == -100 ? 0.0 : f5.lse[m] - f5.target_logit[m];
+      const double want = targets[m] == -100 ? 0.0 : lm_head.lse[m] - lm_head.target_logit[m];
       EXPECT_NEAR(ce.loss_rows[m], want, 1e-13) << "row " << m;
     }
-    const BlockedLse blocked = blocked_lse(f5.logits, 16, cap);
-    EXPECT_LE(max_abs_diff(blocked.lse, f5.lse), 1e-13);
+    const BlockedLse blocked = blocked_lse(lm_head.logits, 16, cap);
+    EXPECT_LE(max_abs_diff(blocked.lse, lm_head.lse), 1e-13);
   }
   EXPECT_THROW(logits_lse(Matrix(1, 4, 0.5), Targets{4}, 0.0, -100), std::invalid_argument);  // target == V
 }

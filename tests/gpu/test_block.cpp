@@ -71,22 +71,23 @@ Weights random_weights(Shape const& s, Rng& rng, coda_dtype dt) {
 Saved ref_forward(Shape const& s, Weights const& w, Matrix const& y0, Matrix const& x0, Positions const& pos,
                   Vector const& freq) {
   Saved o;
-  ResidualRmsnorm const f1 = linear_residual_rmsnorm(y0, w.wo, x0, w.g1, kEps);
-  Swiglu const f3 = linear_rowscale_swiglu(f1.h, w.wgu, f1.rstd);
-  ResidualRmsnorm const f1b = linear_residual_rmsnorm(f3.y, w.wd, f1.x, w.g2, kEps);
-  o.x1 = f1.x, o.rstd1 = f1.rstd, o.z1 = f3.z, o.x2 = f1b.x, o.rstd2 = f1b.rstd;
-  o.qkv = linear_rowscale_rope(f1b.h, w.wqkv, f1b.rstd, pos, freq, s.heads());
+  ResidualRmsnorm const out_proj = linear_residual_rmsnorm(y0, w.wo, x0, w.g1, kEps);
+  Swiglu const gate_up = linear_rowscale_swiglu(out_proj.h, w.wgu, out_proj.rstd);
+  ResidualRmsnorm const down_proj = linear_residual_rmsnorm(gate_up.y, w.wd, out_proj.x, w.g2, kEps);
+  o.x1 = out_proj.x, o.rstd1 = out_proj.rstd, o.z1 = gate_up.z, o.x2 = down_proj.x, o.rstd2 = down_proj.rstd;
+  o.qkv = linear_rowscale_rope(down_proj.h, w.wqkv, down_proj.rstd, pos, freq, s.heads());
   return o;
 }
 
 Saved unf_forward(Shape const& s, Weights const& w, Matrix const& y0, Matrix const& x0, Positions const& pos,
                   Vector const& freq, coda_dtype dt) {
   Saved o;
-  ResidualRmsnorm const f1 = linear_residual_rmsnorm_unfused(y0, w.wo, x0, w.g1, kEps, dt);
-  Swiglu const f3 = linear_rowscale_swiglu_unfused(f1.h, w.wgu, f1.rstd, dt);
-  ResidualRmsnorm const f1b = linear_residual_rmsnorm_unfused(f3.y, w.wd, f1.x, w.g2, kEps, dt);
-  o.x1 = f1.x, o.rstd1 = f1.rstd, o.z1 = f3.z, o.x2 = f1b.x, o.rstd2 = f1b.rstd;
-  o.qkv = linear_rowscale_rope_unfused(f1b.h, w.wqkv, f1b.rstd, pos, freq, s.heads(), dt, RopeAngles::kExact);
+  ResidualRmsnorm const out_proj = linear_residual_rmsnorm_unfused(y0, w.wo, x0, w.g1, kEps, dt);
+  Swiglu const gate_up = linear_rowscale_swiglu_unfused(out_proj.h, w.wgu, out_proj.rstd, dt);
+  ResidualRmsnorm const down_proj = linear_residual_rmsnorm_unfused(gate_up.y, w.wd, out_proj.x, w.g2, kEps, dt);
+  o.x1 = out_proj.x, o.rstd1 = out_proj.rstd, o.z1 = gate_up.z, o.x2 = down_proj.x, o.rstd2 = down_proj.rstd;
+  o.qkv =
+      linear_rowscale_rope_unfused(down_proj.h, w.wqkv, down_proj.rstd, pos, freq, s.heads(), dt, RopeAngles::kExact);
   return o;
 }
 
@@ -101,24 +102,25 @@ Matrix weight_grad(Matrix const& dz, Matrix const& a, bool unfused, coda_dtype d
 Grads backward(Shape const& s, Weights const& w, Matrix const& y0, Positions const& pos, Vector const& freq,
                Saved const& sv, Matrix const& dqkv, Matrix const* dx2_in, bool unfused, coda_dtype dt) {
   Grads g;
-  RopeBwd const b1 = unfused ? rope_bwd_zdz_unfused(sv.qkv, dqkv, pos, freq, s.heads(), s.d, dt, RopeAngles::kExact)
-                             : rope_bwd_zdz(sv.qkv, dqkv, pos, freq, s.heads(), s.d);
-  ResidualRmsnormBwd const b2 =
-      unfused ? linear_residual_rmsnorm_bwd_unfused(b1.dz, w.wqkv, sv.x2, w.g2, sv.rstd2, dx2_in, 1.0, dt)
-              : linear_residual_rmsnorm_bwd(b1.dz, w.wqkv, sv.x2, w.g2, sv.rstd2, b1.zdz, dx2_in, 1.0);
-  g.dwqkv = weight_grad(b1.dz, b2.a, unfused, dt);
-  g.dg2 = b2.dgamma;
-  SwigluBwd const b3 = unfused ? linear_swiglu_bwd_zdz_unfused(b2.dx, w.wd, sv.z1, dt)
-                               : linear_swiglu_bwd_zdz(b2.dx, w.wd, sv.z1);
-  g.dwd = weight_grad(b2.dx, b3.y, unfused, dt);
-  ResidualRmsnormBwd const b2b =
-      unfused ? linear_residual_rmsnorm_bwd_unfused(b3.dz, w.wgu, sv.x1, w.g1, sv.rstd1, &b2.dx, 1.0, dt)
-              : linear_residual_rmsnorm_bwd(b3.dz, w.wgu, sv.x1, w.g1, sv.rstd1, b3.zdz, &b2.dx, 1.0);
-  g.dwgu = weight_grad(b3.dz, b2b.a, unfused, dt);
-  g.dg1 = b2b.dgamma;
-  g.dx0 = b2b.dx;
-  g.dy0 = unfused ? dgrad_unfused(b2b.dx, w.wo, dt) : dgrad(b2b.dx, w.wo);
-  g.dwo = weight_grad(b2b.dx, y0, unfused, dt);
+  RopeBwd const qkv_bwd = unfused
+                              ? rope_bwd_zdz_unfused(sv.qkv, dqkv, pos, freq, s.heads(), s.d, dt, RopeAngles::kExact)
+                              : rope_bwd_zdz(sv.qkv, dqkv, pos, freq, s.heads(), s.d);
+  ResidualRmsnormBwd const norm2 =
+      unfused ? linear_residual_rmsnorm_bwd_unfused(qkv_bwd.dz, w.wqkv, sv.x2, w.g2, sv.rstd2, dx2_in, 1.0, dt)
+              : linear_residual_rmsnorm_bwd(qkv_bwd.dz, w.wqkv, sv.x2, w.g2, sv.rstd2, qkv_bwd.zdz, dx2_in, 1.0);
+  g.dwqkv = weight_grad(qkv_bwd.dz, norm2.a, unfused, dt);
+  g.dg2 = norm2.dgamma;
+  SwigluBwd const down_bwd = unfused ? linear_swiglu_bwd_zdz_unfused(norm2.dx, w.wd, sv.z1, dt)
+                                     : linear_swiglu_bwd_zdz(norm2.dx, w.wd, sv.z1);
+  g.dwd = weight_grad(norm2.dx, down_bwd.y, unfused, dt);
+  ResidualRmsnormBwd const norm1 =
+      unfused ? linear_residual_rmsnorm_bwd_unfused(down_bwd.dz, w.wgu, sv.x1, w.g1, sv.rstd1, &norm2.dx, 1.0, dt)
+              : linear_residual_rmsnorm_bwd(down_bwd.dz, w.wgu, sv.x1, w.g1, sv.rstd1, down_bwd.zdz, &norm2.dx, 1.0);
+  g.dwgu = weight_grad(down_bwd.dz, norm1.a, unfused, dt);
+  g.dg1 = norm1.dgamma;
+  g.dx0 = norm1.dx;
+  g.dy0 = unfused ? dgrad_unfused(norm1.dx, w.wo, dt) : dgrad(norm1.dx, w.wo);
+  g.dwo = weight_grad(norm1.dx, y0, unfused, dt);
   return g;
 }
 

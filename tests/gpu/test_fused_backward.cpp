@@ -1,7 +1,7 @@
 // GPU tests of the fused backward ops against the float64 reference with the acceptance rule:
-//   B2 coda_linear_residual_rmsnorm_bwd (dgrad GEMM + RMSNorm backward epilogue) on dx, a and dgamma; alpha 1 and
+//   coda_linear_residual_rmsnorm_bwd (dgrad GEMM + RMSNorm backward epilogue) on dx, a and dgamma; alpha 1 and
 //      0.5, with and without dx_in, in place over dx_in;
-//   B3 coda_linear_swiglu_bwd_zdz (dgrad GEMM + SwiGLU backward epilogue, node src/epilogue/swiglu_bwd_pair.hpp) on
+//   coda_linear_swiglu_bwd_zdz (dgrad GEMM + SwiGLU backward epilogue, node src/epilogue/swiglu_bwd_pair.hpp) on
 //      dz, y and zdz, out of place and in place over z, plus an element-wise check of the node against its host
 //      reference;
 // bf16 and fp16; outputs and workspace poisoned before each run, row padding untouched, two runs bit-identical.
@@ -35,7 +35,7 @@ using coda::test::strided_tensor;
 coda_dtype g_dt = CODA_BF16;  // bf16, or fp16 inside a UseFp16 scope
 constexpr int64_t kPad = 8;
 
-struct B2Case {
+struct NormBwdCase {
   int64_t M, Nd, N;  // dz [M,Nd], w [Nd,N]
   double alpha;
   bool with_dx_in, in_place;
@@ -45,15 +45,15 @@ struct B2Case {
   }
 };
 
-struct B2Data {
-  B2Case c;
+struct NormBwdData {
+  NormBwdCase c;
   Matrix dz, w, x, dx_in;
   Vector gamma, rstd, zdz;
   ResidualRmsnormBwd ref, unf;
 };
 
-B2Data make_b2(B2Case const& c, uint64_t seed) {
-  B2Data d;
+NormBwdData make_norm_bwd(NormBwdCase const& c, uint64_t seed) {
+  NormBwdData d;
   d.c = c;
   Rng rng(seed);
   d.dz = round_to(random_activation(c.M, c.Nd, rng), g_dt);
@@ -74,11 +74,11 @@ B2Data make_b2(B2Case const& c, uint64_t seed) {
   return d;
 }
 
-/// Runs B2 twice on `d` and checks every output; with `partials`, also returns the workspace after the first run
-/// (the ColumnPartials node's raw dgamma partials at its start).
-void check_b2(B2Data const& d, bool print, std::vector<float>* partials = nullptr) {
-  B2Case const& c = d.c;
-  SCOPED_TRACE(std::string("B2 ") + coda::test::dtype_name(g_dt) + " " + c.name());
+/// Runs linear_residual_rmsnorm_bwd twice on `d` and checks every output; with `partials`, also returns the
+/// workspace after the first run (the ColumnPartials node's raw dgamma partials at its start).
+void check_norm_bwd(NormBwdData const& d, bool print, std::vector<float>* partials = nullptr) {
+  NormBwdCase const& c = d.c;
+  SCOPED_TRACE(std::string("linear_residual_rmsnorm_bwd ") + coda::test::dtype_name(g_dt) + " " + c.name());
   int64_t const ld = c.N + kPad;
   DeviceBuffer ddz(bytes16(c.M, c.Nd)), dw(bytes16(c.Nd, c.N)), dx(bytes16(c.M, ld)), dg(bytes16(1, c.N));
   DeviceBuffer dr(static_cast<size_t>(c.M) * 4 + 16), dzdz(static_cast<size_t>(c.M) * 4 + 16);
@@ -137,49 +137,52 @@ void check_b2(B2Data const& d, bool print, std::vector<float>* partials = nullpt
   Matrix const dxm = matrix_from_bits(coda::test::unpad_rows(dx_first, c.M, c.N, ld).data(), c.M, c.N, g_dt);
   Matrix const am = matrix_from_bits(coda::test::unpad_rows(a_first, c.M, c.N, ld).data(), c.M, c.N, g_dt);
   Vector const dgm = vector_from_float(dg_first.data(), c.N);
-  EXPECT_TRUE(Accepted("B2 " + c.name() + " dx", acceptance(dxm, d.unf.dx, d.ref.dx), print));
-  EXPECT_TRUE(Accepted("B2 " + c.name() + " a", acceptance(am, d.unf.a, d.ref.a), print));
-  EXPECT_TRUE(Accepted("B2 " + c.name() + " dgamma", acceptance(dgm, d.unf.dgamma, d.ref.dgamma), print));
+  std::string const what = "linear_residual_rmsnorm_bwd " + c.name();
+  EXPECT_TRUE(Accepted(what + " dx", acceptance(dxm, d.unf.dx, d.ref.dx), print));
+  EXPECT_TRUE(Accepted(what + " a", acceptance(am, d.unf.a, d.ref.a), print));
+  EXPECT_TRUE(Accepted(what + " dgamma", acceptance(dgm, d.unf.dgamma, d.ref.dgamma), print));
 }
 
-/// check_b2 with each compiled config pinned (bf16: cooperative and pingpong; fp16: pingpong) and on the default
-/// path.
-void check_b2_configs(B2Data const& d, bool print) {
+/// check_norm_bwd with each compiled config pinned (bf16: cooperative and pingpong; fp16: pingpong) and on the
+/// default path.
+void check_norm_bwd_configs(NormBwdData const& d, bool print) {
   for (char const* config : coda::test::fused_configs(g_dt, "linear_residual_rmsnorm_bwd")) {
     SCOPED_TRACE(coda::test::config_name(config));
     coda::test::PinConfig const pin(config);
-    check_b2(d, print);
+    check_norm_bwd(d, print);
   }
 }
 
 TEST(FusedBackward, LinearResidualRmsnormBwd) {
   CODA_REQUIRE_SM90();
-  std::vector<B2Case> const cases = {
+  std::vector<NormBwdCase> const cases = {
       {1, 264, 264, 1.0, false, false},      {7, 8, 16, 0.5, true, false},
       {1000, 264, 264, 1.0, true, true},     {1000, 2048, 512, 0.5, true, false},
       {4097, 264, 136, 1.0, false, false},   {1000, 3072, 2048, 1.0, true, true},  // llama3-1B qkv dgrad width
   };
   uint64_t seed = 50;
-  for (B2Case const& c : cases) check_b2_configs(make_b2(c, seed++), c.M >= 1000);
+  for (NormBwdCase const& c : cases) check_norm_bwd_configs(make_norm_bwd(c, seed++), c.M >= 1000);
 }
 
 // A long-K dgrad (gate/up: K = 2F = 16384 at llama3-1B; the LM head's K = V is longer still): many k-blocks per
 // tile through both mainloops (the default takes the cooperative one here), ragged M and N.
 TEST(FusedBackward, LinearResidualRmsnormBwdLongK) {
   CODA_REQUIRE_SM90();
-  check_b2_configs(make_b2({264, 16384, 264, 0.5, true, false}, 58), true);
+  check_norm_bwd_configs(make_norm_bwd({264, 16384, 264, 0.5, true, false}, 58), true);
 }
 
-// The ColumnPartials node (src/epilogue/column_partials.hpp) inside B2's GEMM: the raw per-(128-row tile, column)
-// partials of acc * c in the (poisoned) workspace against the node's host reference on the float64 acc = dz w and
-// c = x rstd; columns N..round_up(N, 128) must be written as 0. M and N are not tile multiples.
+// The ColumnPartials node (src/epilogue/column_partials.hpp) inside linear_residual_rmsnorm_bwd's GEMM: the raw
+// per-(128-row tile, column) partials of acc * c in the (poisoned) workspace against the node's host reference on the
+// float64 acc = dz w and c = x rstd; columns N..round_up(N, 128) must be written as 0. M and N are not tile
+// multiples.
 TEST(FusedBackward, ColumnPartialsNode) {
   CODA_REQUIRE_SM90();
-  constexpr int64_t kTile = 128;  // the compiled B2 kernel's CTA tile (pingpong 128x128)
-  for (B2Case const& c : {B2Case{300, 200, 264, 1.0, true, false}, B2Case{129, 64, 136, 0.5, false, false}}) {
-    B2Data const d = make_b2(c, 80);
+  constexpr int64_t kTile = 128;  // the compiled linear_residual_rmsnorm_bwd kernel's CTA tile (pingpong 128x128)
+  for (NormBwdCase const& c :
+       {NormBwdCase{300, 200, 264, 1.0, true, false}, NormBwdCase{129, 64, 136, 0.5, false, false}}) {
+    NormBwdData const d = make_norm_bwd(c, 80);
     std::vector<float> ws;
-    check_b2(d, false, &ws);
+    check_norm_bwd(d, false, &ws);
     Matrix const acc = dgrad(d.dz, d.w);  // [M, N]
     std::vector<double> v(static_cast<size_t>(c.M * c.N)), mag(v.size());
     for (int64_t m = 0; m < c.M; ++m) {
@@ -210,20 +213,20 @@ TEST(FusedBackward, ColumnPartialsNode) {
 
 TEST(FusedBackwardSanitize, LinearResidualRmsnormBwdSmall) {
   CODA_REQUIRE_SM90();
-  check_b2_configs(make_b2({264, 200, 136, 0.5, true, true}, 60), false);
-  check_b2_configs(make_b2({130, 64, 264, 1.0, false, false}, 61), false);
+  check_norm_bwd_configs(make_norm_bwd({264, 200, 136, 0.5, true, true}, 60), false);
+  check_norm_bwd_configs(make_norm_bwd({130, 64, 264, 1.0, false, false}, 61), false);
 }
 
 TEST(FusedBackwardFp16, LinearResidualRmsnormBwd) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);
-  check_b2(make_b2({1000, 264, 264, 0.5, true, true}, 70), true);
-  check_b2(make_b2({130, 64, 136, 1.0, false, false}, 71), false);
+  check_norm_bwd(make_norm_bwd({1000, 264, 264, 0.5, true, true}, 70), true);
+  check_norm_bwd(make_norm_bwd({130, 64, 136, 1.0, false, false}, 71), false);
 }
 
-// ---- B3 ----------------------------------------------------------------------------------------------------------
+// ---- linear_swiglu_bwd_zdz ---------------------------------------------------------------------------------------
 
-struct B3Case {
+struct SwigluBwdCase {
   int64_t M, d, F;  // dx [M,d], w_down [d,F], z [M,2F]
   bool in_place;    // dz over z
   std::string name() const {
@@ -232,14 +235,14 @@ struct B3Case {
   }
 };
 
-struct B3Data {
-  B3Case c;
+struct SwigluBwdData {
+  SwigluBwdCase c;
   Matrix dx, w, z;
   SwigluBwd ref, unf;
 };
 
-B3Data make_b3(B3Case const& c, uint64_t seed) {
-  B3Data d;
+SwigluBwdData make_swiglu_bwd(SwigluBwdCase const& c, uint64_t seed) {
+  SwigluBwdData d;
   d.c = c;
   Rng rng(seed);
   d.dx = round_to(random_activation(c.M, c.d, rng), g_dt);
@@ -254,7 +257,7 @@ B3Data make_b3(B3Case const& c, uint64_t seed) {
 /// exact dy = dx w_down and each (g, u) gives every dz and y element (within one rounding of the element type plus
 /// the fp32 GEMM error) and the row terms, whose sum / d is zdz (within fp32 summation error). A misplaced pair,
 /// row or tile is off by O(|x|).
-void check_b3_node(B3Data const& d, Matrix const& dz, Matrix const& y, Vector const& zdz) {
+void check_swiglu_bwd_node(SwigluBwdData const& d, Matrix const& dz, Matrix const& y, Vector const& zdz) {
   double const ulp = g_dt == CODA_BF16 ? 1.0 / 256.0 : 1.0 / 2048.0;
   Matrix const dy = dgrad(d.dx, d.w);  // exact
   int64_t bad = 0;
@@ -287,9 +290,9 @@ void check_b3_node(B3Data const& d, Matrix const& dz, Matrix const& y, Vector co
   EXPECT_EQ(bad, 0) << "SwigluBwdPair elements off the node reference";
 }
 
-void check_b3(B3Data const& d, bool print, bool node_check) {
-  B3Case const& c = d.c;
-  SCOPED_TRACE(std::string("B3 ") + coda::test::dtype_name(g_dt) + " " + c.name());
+void check_swiglu_bwd(SwigluBwdData const& d, bool print, bool node_check) {
+  SwigluBwdCase const& c = d.c;
+  SCOPED_TRACE(std::string("linear_swiglu_bwd_zdz ") + coda::test::dtype_name(g_dt) + " " + c.name());
   int64_t const ldz = 2 * c.F + kPad, ldy = c.F + kPad;
   DeviceBuffer ddx(bytes16(c.M, c.d)), dw(bytes16(c.d, c.F)), dzin(bytes16(c.M, ldz)), ddz(bytes16(c.M, ldz));
   DeviceBuffer dy(bytes16(c.M, ldy)), dzdz(static_cast<size_t>(c.M) * 4 + 16);
@@ -332,30 +335,31 @@ void check_b3(B3Data const& d, bool print, bool node_check) {
   Matrix const dzm = matrix_from_bits(coda::test::unpad_rows(dz_first, c.M, 2 * c.F, ldz).data(), c.M, 2 * c.F, g_dt);
   Matrix const ym = matrix_from_bits(coda::test::unpad_rows(y_first, c.M, c.F, ldy).data(), c.M, c.F, g_dt);
   Vector const zdzm = vector_from_float(zdz_first.data(), c.M);
-  EXPECT_TRUE(Accepted("B3 " + c.name() + " dz", acceptance(dzm, d.unf.dz, d.ref.dz), print));
-  EXPECT_TRUE(Accepted("B3 " + c.name() + " y", acceptance(ym, d.unf.y, d.ref.y), print));
-  EXPECT_TRUE(Accepted("B3 " + c.name() + " zdz", acceptance(zdzm, d.unf.zdz, d.ref.zdz), print));
-  if (node_check) check_b3_node(d, dzm, ym, zdzm);
+  std::string const what = "linear_swiglu_bwd_zdz " + c.name();
+  EXPECT_TRUE(Accepted(what + " dz", acceptance(dzm, d.unf.dz, d.ref.dz), print));
+  EXPECT_TRUE(Accepted(what + " y", acceptance(ym, d.unf.y, d.ref.y), print));
+  EXPECT_TRUE(Accepted(what + " zdz", acceptance(zdzm, d.unf.zdz, d.ref.zdz), print));
+  if (node_check) check_swiglu_bwd_node(d, dzm, ym, zdzm);
 }
 
-/// check_b3 with each compiled config pinned (bf16: pingpong 128x128 and 128x192 with 64x16 subtiles; fp16:
+/// check_swiglu_bwd with each compiled config pinned (bf16: pingpong 128x128 and 128x192 with 64x16 subtiles; fp16:
 /// pingpong 128x128) and on the default path.
-void check_b3_configs(B3Data const& d, bool print, bool node_check) {
+void check_swiglu_bwd_configs(SwigluBwdData const& d, bool print, bool node_check) {
   for (char const* config : coda::test::fused_configs(g_dt, "linear_swiglu_bwd_zdz")) {
     SCOPED_TRACE(coda::test::config_name(config));
     coda::test::PinConfig const pin(config);
-    check_b3(d, print, node_check);
+    check_swiglu_bwd(d, print, node_check);
   }
 }
 
 TEST(FusedBackward, LinearSwigluBwdZdz) {
   CODA_REQUIRE_SM90();
-  std::vector<B3Case> const cases = {
+  std::vector<SwigluBwdCase> const cases = {
       {1, 64, 8, false},       {7, 16, 24, true},        {1000, 264, 136, false}, {1000, 264, 136, true},
       {4097, 136, 264, false}, {1000, 2048, 2048, true},  // llama3-1B hidden size
   };
   uint64_t seed = 80;
-  for (B3Case const& c : cases) check_b3_configs(make_b3(c, seed++), c.M >= 1000, c.M <= 1000);
+  for (SwigluBwdCase const& c : cases) check_swiglu_bwd_configs(make_swiglu_bwd(c, seed++), c.M >= 1000, c.M <= 1000);
 }
 
 // d >= 4096 and M >= 4096: the default path takes pingpong 128x192 (64x16 subtiles); F = 200 leaves a partial
@@ -363,7 +367,7 @@ TEST(FusedBackward, LinearSwigluBwdZdz) {
 TEST(FusedBackward, LinearSwigluBwdZdzLongK) {
   CODA_REQUIRE_SM90();
   coda::test::PinConfig const unpinned(nullptr);  // the default path, whatever the environment pins
-  check_b3(make_b3({4100, 4096, 200, true}, 88), true, false);
+  check_swiglu_bwd(make_swiglu_bwd({4100, 4096, 200, true}, 88), true, false);
 }
 
 // z reaches the kernel as 32-bit words through the TMA C load (ElementC = float as a container): a pair whose up
@@ -373,8 +377,8 @@ TEST(FusedBackward, LinearSwigluBwdZdzLongK) {
 TEST(FusedBackward, LinearSwigluBwdZdzZeroUp) {
   CODA_REQUIRE_SM90();
   auto run = [] {
-    B3Case const c{300, 136, 264, true};
-    B3Data d = make_b3(c, 97);
+    SwigluBwdCase const c{300, 136, 264, true};
+    SwigluBwdData d = make_swiglu_bwd(c, 97);
     for (int64_t m = 0; m < c.M; ++m) {
       for (int64_t i = 0; i < c.F; ++i) {
         if ((m + i) % 5 == 0) d.z(m, 2 * i + 1) = 0.0;
@@ -384,7 +388,7 @@ TEST(FusedBackward, LinearSwigluBwdZdzZeroUp) {
     }
     d.ref = linear_swiglu_bwd_zdz(d.dx, d.w, d.z);
     d.unf = linear_swiglu_bwd_zdz_unfused(d.dx, d.w, d.z, g_dt);
-    check_b3_configs(d, false, true);
+    check_swiglu_bwd_configs(d, false, true);
   };
   run();
   coda::test::UseFp16 const fp16(g_dt);
@@ -394,14 +398,14 @@ TEST(FusedBackward, LinearSwigluBwdZdzZeroUp) {
 TEST(FusedBackwardFp16, LinearSwigluBwdZdz) {
   CODA_REQUIRE_SM90();
   coda::test::UseFp16 const fp16(g_dt);
-  check_b3(make_b3({1000, 264, 136, true}, 90), true, true);
-  check_b3(make_b3({130, 64, 264, false}, 91), false, true);
+  check_swiglu_bwd(make_swiglu_bwd({1000, 264, 136, true}, 90), true, true);
+  check_swiglu_bwd(make_swiglu_bwd({130, 64, 264, false}, 91), false, true);
 }
 
 TEST(FusedBackwardSanitize, LinearSwigluBwdZdzSmall) {
   CODA_REQUIRE_SM90();
-  check_b3_configs(make_b3({264, 200, 136, true}, 95), false, false);
-  check_b3_configs(make_b3({130, 64, 264, false}, 96), false, false);
+  check_swiglu_bwd_configs(make_swiglu_bwd({264, 200, 136, true}, 95), false, false);
+  check_swiglu_bwd_configs(make_swiglu_bwd({130, 64, 264, false}, 96), false, false);
 }
 
 TEST(FusedBackward, EmptyM) {

@@ -1,9 +1,10 @@
-// GPU tests of the first fused forward ops (issue 4): F2 coda_linear_rowscale and F1 coda_linear_residual_rmsnorm,
+// GPU tests of the first fused forward ops (issue 4): coda_linear_rowscale and coda_linear_residual_rmsnorm,
 // against the float64 reference with the acceptance rule (MATH.md, last section) for every output (y; x, h, rstd).
 // Every compiled config is forced through CODA_OP_CONFIG, and the default (heuristic) path runs with it unset.
-// Outputs have poisoned (NaN) row padding that must stay untouched, the F1 workspace is poisoned (every partial
-// the rstd kernel reads must have been written), every call runs twice and must be bit-identical, and F1 runs
-// in place (x_out aliasing residual). `FusedForwardSanitize.*` is the small case for compute-sanitizer.
+// Outputs have poisoned (NaN) row padding that must stay untouched, the linear_residual_rmsnorm workspace is poisoned
+// (every partial the rstd kernel reads must have been written), every call runs twice and must be bit-identical, and
+// linear_residual_rmsnorm runs in place (x_out aliasing residual). `FusedForwardSanitize.*` is the small case for
+// compute-sanitizer.
 // Every test skips without an sm_90 GPU.
 #include <coda/coda.h>
 #include <gtest/gtest.h>
@@ -35,7 +36,7 @@ using coda::test::Shape;
 coda_dtype g_dt = CODA_BF16;  // bf16, or fp16 inside a UseFp16 scope
 constexpr int64_t kPad = 8;  // extra (poisoned) elements per output row
 
-// ---- F2: coda_linear_rowscale -------------------------------------------------------------------------------------
+// ---- coda_linear_rowscale -----------------------------------------------------------------------------------------
 
 struct RowscaleData {
   Shape s;
@@ -57,7 +58,8 @@ RowscaleData make_rowscale(Shape s, uint64_t seed) {
   return d;
 }
 
-/// Runs F2 twice on poisoned output; returns the dense y of the first run (and checks the second is identical).
+/// Runs linear_rowscale twice on poisoned output; returns the dense y of the first run (and checks the second is
+/// identical).
 void run_rowscale(RowscaleData const& d, char const* config, std::vector<uint16_t>& y_out) {
   Shape const s = d.s;
   int64_t const ldy = s.N + kPad;
@@ -90,7 +92,7 @@ void run_rowscale(RowscaleData const& d, char const* config, std::vector<uint16_
 
 void check_rowscale(RowscaleData const& d, char const* config, bool print) {
   std::string const what =
-      std::string("F2 ") + coda::test::dtype_name(g_dt) + " " + d.s.name() + " " + config_name(config);
+      std::string("linear_rowscale ") + coda::test::dtype_name(g_dt) + " " + d.s.name() + " " + config_name(config);
   SCOPED_TRACE(what);
   std::vector<uint16_t> y;
   ASSERT_NO_FATAL_FAILURE(run_rowscale(d, config, y));
@@ -105,7 +107,7 @@ void rowscale_shapes(std::vector<Shape> const& shapes) {
   }
 }
 
-// ---- F1: coda_linear_residual_rmsnorm ----------------------------------------------------------------------------
+// ---- coda_linear_residual_rmsnorm --------------------------------------------------------------------------------
 
 struct ResidualData {
   Shape s;
@@ -133,8 +135,8 @@ struct ResidualOut {
   std::vector<float> rstd;
 };
 
-/// Runs F1 twice (outputs and workspace poisoned before each run); in_place: x_out is the residual buffer
-/// (re-uploaded before each run).
+/// Runs linear_residual_rmsnorm twice (outputs and workspace poisoned before each run); in_place: x_out is the
+/// residual buffer (re-uploaded before each run).
 void run_residual(ResidualData const& d, char const* config, bool in_place, ResidualOut& out) {
   Shape const s = d.s;
   int64_t const ld = s.N + kPad;  // x / residual / h row stride
@@ -188,8 +190,8 @@ void run_residual(ResidualData const& d, char const* config, bool in_place, Resi
 
 void check_residual(ResidualData const& d, char const* config, bool in_place, bool print) {
   std::string const what =
-      std::string("F1 ") + coda::test::dtype_name(g_dt) + " " + d.s.name() + " " + config_name(config) +
-      (in_place ? " in-place" : "");
+      std::string("linear_residual_rmsnorm ") + coda::test::dtype_name(g_dt) + " " + d.s.name() + " " +
+      config_name(config) + (in_place ? " in-place" : "");
   SCOPED_TRACE(what);
   ResidualOut out;
   ASSERT_NO_FATAL_FAILURE(run_residual(d, config, in_place, out));
@@ -279,8 +281,8 @@ TEST(FusedForward, PinnedUnknownConfigIsAnError) {
 // before anything is written.
 TEST(FusedForward, PerOpPin) {
   CODA_REQUIRE_SM90();
-  // A correct result through a per-op pin of F1 (the cooperative kernel with knobs), and with the pin naming
-  // another op only (F1 then takes its default).
+  // A correct result through a per-op pin of linear_residual_rmsnorm (the cooperative kernel with knobs), and with
+  // the pin naming another op only (linear_residual_rmsnorm then takes its default).
   ResidualData const d = make_residual({300, 264, 2048}, 4242);
   check_residual(d, "linear_residual_rmsnorm=coop_128x256x64_c2x1:raster=n,swizzle=8", false, false);
   check_residual(d,
@@ -297,7 +299,7 @@ TEST(FusedForward, PerOpPin) {
   dh.upload(ones);
   dw.upload(std::vector<uint16_t>(16 * 16, 0x3f80));
   dr.upload(rstd);
-  {  // an entry for another op only: F2 runs its default
+  {  // an entry for another op only: linear_rowscale runs its default
     PinConfig const pin("linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8");
     EXPECT_EQ(coda_linear_rowscale(&th, &tw, &ts, &ty, nullptr, 0, nullptr), CODA_SUCCESS) << coda_last_error();
     CUDA_OK(cudaDeviceSynchronize());

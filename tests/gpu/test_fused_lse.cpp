@@ -1,4 +1,4 @@
-// GPU tests of F5 coda_linear_rowscale_lse (LM-head logits + online log-sum-exp in the GEMM epilogue), against the
+// GPU tests of coda_linear_rowscale_lse (LM-head logits + online log-sum-exp in the GEMM epilogue), against the
 // float64 reference with the acceptance rule (MATH.md, last section) for lse, target_logit and, when stored, the
 // logits. Both kernels (logits stored, and D = void) run with the config pinned through CODA_OP_CONFIG and on the
 // default path. Outputs and the workspace are poisoned (NaN) before every run, logits rows carry poisoned padding
@@ -64,8 +64,8 @@ struct LseData {
   int64_t confident_rows = 0;  // rows make_confident_rows made dominant (confident_logit > 0)
 };
 
-/// Reference and unfused F5 over row chunks on several threads (rows are independent; the float64 GEMM is the
-/// cost on the large-vocabulary shapes). Each chunk copies w twice inside the unfused pipeline, so at most 8.
+/// Reference and unfused linear_rowscale_lse over row chunks on several threads (rows are independent; the float64 GEMM
+/// is the cost on the large-vocabulary shapes). Each chunk copies w twice inside the unfused pipeline, so at most 8.
 void compute_refs(LseData& d, bool keep_capped) {
   int64_t const M = d.c.M, V = d.c.V;
   int64_t const threads = std::max<int64_t>(1, std::min<int64_t>({8, M, std::thread::hardware_concurrency()}));
@@ -106,10 +106,10 @@ void compute_refs(LseData& d, bool keep_capped) {
   merge(unfs, d.unf, nullptr);
 }
 
-/// Inputs as F2's tests (LM-head scale): h ~ N(0, 4^2) (x * gamma of the residual stream), w ~ N(0, 0.02^2), rstd
-/// around 0.25: logits of std ~0.9 at K = 2048. Targets uniform, `ignore_fraction` of them ignore_index, and rows
-/// 0 / 1 forced to the first / last column. confident_logit > 0: every 4th row from row 2 gets a dominant target
-/// logit of about that size (make_confident_rows).
+/// Inputs as linear_rowscale's tests (LM-head scale): h ~ N(0, 4^2) (x * gamma of the residual stream),
+/// w ~ N(0, 0.02^2), rstd around 0.25: logits of std ~0.9 at K = 2048. Targets uniform, `ignore_fraction` of them
+/// ignore_index, and rows 0 / 1 forced to the first / last column. confident_logit > 0: every 4th row from row 2 gets
+/// a dominant target logit of about that size (make_confident_rows).
 LseData make_lse(LseCase const& c, uint64_t seed, bool keep_capped = false, double confident_logit = 0.0) {
   LseData d;
   d.c = c;
@@ -138,7 +138,7 @@ struct LseOut {
   std::vector<float> workspace;  // the raw workspace after the first run
 };
 
-/// Runs F5 twice (outputs and workspace poisoned before each run); checks padding and run-to-run bits.
+/// Runs linear_rowscale_lse twice (outputs and workspace poisoned before each run); checks padding and run-to-run bits.
 void run_lse(LseData const& d, char const* config, bool store_logits, LseOut& out) {
   LseCase const& c = d.c;
   int64_t const ld = c.V + kPad;
@@ -199,8 +199,8 @@ void run_lse(LseData const& d, char const* config, bool store_logits, LseOut& ou
 
 void check_lse(LseData const& d, char const* config, bool store_logits, bool print) {
   std::string const what =
-      std::string("F5 ") + coda::test::dtype_name(g_dt) + " " + d.c.name() + " " + config_name(config) +
-      (store_logits ? " +logits" : " no-logits");
+      std::string("linear_rowscale_lse ") + coda::test::dtype_name(g_dt) + " " + d.c.name() + " " +
+      config_name(config) + (store_logits ? " +logits" : " no-logits");
   SCOPED_TRACE(what);
   LseOut out;
   ASSERT_NO_FATAL_FAILURE(run_lse(d, config, store_logits, out));
@@ -399,7 +399,7 @@ TEST(FusedLse, PinnedOtherConfigIsAnError) {
   coda_tensor tt = coda::test::device_tensor(dt.get(), CODA_INT64, {7});
   coda_tensor tl = coda::test::device_tensor(dl.get(), CODA_FP32, {7});
   coda_tensor ttl = coda::test::device_tensor(dtl.get(), CODA_FP32, {7});
-  PinConfig const pin("sk_128x256x64_c2x1");  // a plain-GEMM config, not compiled for F5
+  PinConfig const pin("sk_128x256x64_c2x1");  // a plain-GEMM config, not compiled for linear_rowscale_lse
   EXPECT_EQ(coda_linear_rowscale_lse(&th, &tw, &ts, &tt, 0.0f, -100, &tl, &ttl, nullptr, dws.get(), wsb, nullptr),
             CODA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(coda_last_error()).find("CODA_OP_CONFIG"), std::string::npos) << coda_last_error();

@@ -1,10 +1,10 @@
-// GPU tests of F4 with QK-norm, coda_linear_rowscale_qk_norm_rope, against the float64 reference with the
-// acceptance rule (MATH.md, last section) on both outputs (qkv and the pre-norm z), every compiled config and the
-// default path: q/k gammas random and different (a swap fails), head_dim 64 and 128, head counts whose width is not
-// a multiple of the 128-column tile (a tile holding a q and a k head, or v and columns past N), ragged M and K,
-// positions up to 2^24 - 1, a zero row (the norm's epsilon). Outputs carry poisoned row padding that must stay
-// untouched, are poisoned before each run and each call runs twice, bit-identical. `FusedQkNormRopeSanitize.*` are
-// the small cases for compute-sanitizer. Every test skips without an sm_90 GPU.
+// GPU tests of coda_linear_rowscale_qk_norm_rope against the float64 reference with the acceptance rule (MATH.md, last
+// section) on both outputs (qkv and the pre-norm z), every compiled config and the default path: q/k gammas random and
+// different (a swap fails), head_dim 64 and 128, head counts whose width is not a multiple of the 128-column tile (a
+// tile holding a q and a k head, or v and columns past N), ragged M and K, positions up to 2^24 - 1, a zero row (the
+// norm's epsilon). Outputs carry poisoned row padding that must stay untouched, are poisoned before each run and each
+// call runs twice, bit-identical. `FusedQkNormRopeSanitize.*` are the small cases for compute-sanitizer. Every test
+// skips without an sm_90 GPU.
 #include <coda/coda.h>
 #include <gtest/gtest.h>
 
@@ -136,7 +136,8 @@ void run_case(QkData const& d, char const* config, std::vector<uint16_t>& qkv, s
 
 void check_case(QkData const& d, char const* config, bool print) {
   std::string const what =
-      std::string("F4+QK-norm ") + coda::test::dtype_name(g_dt) + " " + d.c.name() + " " + config_name(config);
+      std::string("linear_rowscale_qk_norm_rope ") + coda::test::dtype_name(g_dt) + " " + d.c.name() + " " +
+      config_name(config);
   SCOPED_TRACE(what);
   std::vector<uint16_t> q, z;
   ASSERT_NO_FATAL_FAILURE(run_case(d, config, q, z));
@@ -233,7 +234,7 @@ TEST(FusedQkNormRopeSanitize, Fp16Small) {
   }
 }
 
-// ---- B1 with QK-norm: coda_qk_norm_rope_bwd_zdz -------------------------------------------------------------------
+// ---- coda_qk_norm_rope_bwd_zdz ------------------------------------------------------------------------------------
 
 struct BwdCase {
   int64_t M;
@@ -251,7 +252,7 @@ struct BwdCase {
 constexpr int64_t kHidden = 4096;
 
 void check_bwd(BwdCase const& c, uint64_t seed) {
-  SCOPED_TRACE("B1+QK-norm " + std::string(coda::test::dtype_name(g_dt)) + " " + c.name());
+  SCOPED_TRACE("qk_norm_rope_bwd_zdz " + std::string(coda::test::dtype_name(g_dt)) + " " + c.name());
   Rng rng(seed);
   int64_t const W = c.heads.width(), hd = c.heads.head_dim, ld = W + kPad;
   Matrix z = round_to(random_normal(c.M, W, 0.0, c.z_std, rng), g_dt);

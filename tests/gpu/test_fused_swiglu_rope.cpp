@@ -1,4 +1,4 @@
-// GPU tests of F3 coda_linear_rowscale_swiglu and F4 coda_linear_rowscale_rope against the float64 reference with
+// GPU tests of coda_linear_rowscale_swiglu and coda_linear_rowscale_rope against the float64 reference with
 // the acceptance rule (MATH.md, last section) on every output, every compiled config (CODA_OP_CONFIG) and the
 // default path. Outputs carry poisoned (NaN) row padding that must stay untouched and are poisoned before each run
 // (so every element must be written), every call runs twice and must be bit-identical. Also the node-level checks
@@ -38,7 +38,7 @@ using coda::test::strided_tensor;
 coda_dtype g_dt = CODA_BF16;  // bf16, or fp16 inside a UseFp16 scope
 constexpr int64_t kPad = 8;  // extra (poisoned) elements per output row
 
-// ---- F3: coda_linear_rowscale_swiglu ------------------------------------------------------------------------------
+// ---- coda_linear_rowscale_swiglu ----------------------------------------------------------------------------------
 
 struct SwigluData {
   Shape s;  // N = 2F
@@ -113,7 +113,8 @@ void check_pair_store_node(Matrix const& z_exact, std::vector<uint16_t> const& y
 
 void check_swiglu(SwigluData const& d, char const* config, bool print, bool node_check = false) {
   std::string const what =
-      std::string("F3 ") + coda::test::dtype_name(g_dt) + " " + d.s.name() + " " + config_name(config);
+      std::string("linear_rowscale_swiglu ") + coda::test::dtype_name(g_dt) + " " + d.s.name() + " " +
+      config_name(config);
   SCOPED_TRACE(what);
   std::vector<uint16_t> z, y;
   ASSERT_NO_FATAL_FAILURE(run_swiglu(d, config, z, y));
@@ -131,7 +132,7 @@ void swiglu_shapes(std::vector<Shape> const& shapes) {
   }
 }
 
-// ---- F4: coda_linear_rowscale_rope --------------------------------------------------------------------------------
+// ---- coda_linear_rowscale_rope ------------------------------------------------------------------------------------
 
 struct RopeCase {
   int64_t M, K;
@@ -210,7 +211,8 @@ void check_rope_functor(RopeData const& d, std::vector<uint16_t> const& q_bits);
 
 void check_rope(RopeData const& d, char const* config, bool print, bool functor_check = false) {
   std::string const what =
-      std::string("F4 ") + coda::test::dtype_name(g_dt) + " " + d.c.name() + " " + config_name(config);
+      std::string("linear_rowscale_rope ") + coda::test::dtype_name(g_dt) + " " + d.c.name() + " " +
+      config_name(config);
   SCOPED_TRACE(what);
   std::vector<uint16_t> q;
   ASSERT_NO_FATAL_FAILURE(run_rope(d, config, q));

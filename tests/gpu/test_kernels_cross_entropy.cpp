@@ -1,4 +1,4 @@
-// GPU tests of F6, coda_cross_entropy (loss, dlogits and zdz over stored logits), against the float64 reference
+// GPU tests of coda_cross_entropy (loss, dlogits and zdz over stored logits), against the float64 reference
 // with the acceptance rule (MATH.md, last section). Covers PROTOCOL.md's cross-entropy list: ignore_index rows
 // (none, some, all; any ignore_index value, one inside [0,V) too), reduction mean/sum/none with scalar, per-row and
 // NULL upstream gradients, label smoothing, z-loss, softcap, targets at 0 and V-1, dlogits in place over the logits,

@@ -1,6 +1,6 @@
-// GPU tests of the RMSNorm kernels outside the GEMMs: coda_rmsnorm_rstd (final reduce of F1's partial sums of
-// squares) and coda_rmsnorm_prepare (first-layer h = x * gamma and rstd), against the float64 reference with the
-// acceptance rule (MATH.md, last section), plus determinism, untouched row padding, the scalar path (gamma not
+// GPU tests of the RMSNorm kernels outside the GEMMs: coda_rmsnorm_rstd (final reduce of linear_residual_rmsnorm's
+// partial sums of squares) and coda_rmsnorm_prepare (first-layer h = x * gamma and rstd), against the float64 reference
+// with the acceptance rule (MATH.md, last section), plus determinism, untouched row padding, the scalar path (gamma not
 // 16-byte aligned) and M == 0.
 #include <coda/coda.h>
 #include <gtest/gtest.h>
@@ -213,7 +213,8 @@ struct RstdCase {
   }
 };
 
-// Partials as an F1 epilogue produces them: per (row, N-tile) fp32 sums of squares of the stored bf16 x.
+// Partials as a linear_residual_rmsnorm epilogue produces them: per (row, N-tile) fp32 sums of squares of the
+// stored bf16 x.
 std::vector<float> tile_partials(Matrix const& x, int64_t tile_n, int64_t ld, float pad_value) {
   int64_t const T = (x.cols + tile_n - 1) / tile_n;
   std::vector<float> p(static_cast<size_t>(T * ld), pad_value);

@@ -1,4 +1,4 @@
-// GPU tests of B1, coda_rope_bwd_zdz (RoPE backward with the zdz row dot), against the float64 reference with the
+// GPU tests of coda_rope_bwd_zdz (RoPE backward with the zdz row dot), against the float64 reference with the
 // acceptance rule. The baseline is the unfused pipeline with exact angles (RopeAngles::kExact: only dtype roundings
 // remain), a strict bound that a kernel with fp32 angles fails at large positions. Shapes: M in {1, 7, 1000, 4097},
 // head_dim 64 and 128, GQA down to one kv head, packed-sequence positions that jump, positions up to ~2e6 (and one

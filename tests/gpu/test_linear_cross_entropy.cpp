@@ -1,8 +1,8 @@
-// GPU tests of coda_linear_cross_entropy (LM head + cross-entropy loss without logits in memory: chunked F5 + the
-// loss from row statistics) against the float64 reference (cross_entropy of the exact logits diag(rstd) h w^T) with
-// the acceptance rule, the unfused baseline being bf16 logits + PyTorch-style float cross-entropy
-// (ref::cross_entropy_unfused). Every reduction, label smoothing, z-loss, softcap, ignore_index (also inside
-// [0,V) and all rows ignored), int32/int64 targets, chunk sizes that split M unevenly, V not a multiple of the
+// GPU tests of coda_linear_cross_entropy (LM head + cross-entropy loss without logits in memory: chunked
+// linear_rowscale_lse + the loss from row statistics) against the float64 reference (cross_entropy of the exact logits
+// diag(rstd) h w^T) with the acceptance rule, the unfused baseline being bf16 logits + PyTorch-style float
+// cross-entropy (ref::cross_entropy_unfused). Every reduction, label smoothing, z-loss, softcap, ignore_index (also
+// inside [0,V) and all rows ignored), int32/int64 targets, chunk sizes that split M unevenly, V not a multiple of the
 // tile. Outputs are poisoned before each run; two runs must be bit-identical. `LinearCrossEntropySanitize.*` is the
 // small case for compute-sanitizer. Every test skips without an sm_90 GPU.
 #include <coda/coda.h>

@@ -1,8 +1,9 @@
 // GPU tests of coda_linear_cross_entropy_bwd (the chunked LM head + cross-entropy backward with the final RMSNorm
-// backward) against the float64 reference (F2 -> F6 -> B2 -> dW composed on whole matrices) with the acceptance
-// rule, the unfused same-dtype pipeline giving the bound: dx, dW (fp32), dgamma and the loss, for every reduction, label
-// smoothing + z-loss + softcap, ignored rows (all of them too), chunk sizes that do and do not divide M, dx_in in
-// place, bf16 and fp16. Outputs poisoned first; two runs bit-identical. Every test skips without an sm_90 GPU.
+// backward) against the float64 reference (linear_rowscale -> cross_entropy -> linear_residual_rmsnorm_bwd -> dW
+// composed on whole matrices) with the acceptance rule, the unfused same-dtype pipeline giving the bound: dx, dW
+// (fp32), dgamma and the loss, for every reduction, label smoothing + z-loss + softcap, ignored rows (all of them too),
+// chunk sizes that do and do not divide M, dx_in in place, bf16 and fp16. Outputs poisoned first; two runs
+// bit-identical. Every test skips without an sm_90 GPU.
 // The op has two internal paths with the same semantics. bf16 with label_smoothing 0 takes the exponential form by
 // default: it stores E = s_j exp(c_j - K_m) with the per-row offset K_m = the (capped) target logit; a finishing
 // kernel gives lse, the loss, the row scale and zdz in the GEMM's own terms, and rows with lse - K > 40 (a loss above
@@ -155,16 +156,17 @@ void check(Case const& c, uint64_t seed, double confident_logit = 0.0, Spread co
     CrossEntropy const ce = unfused ? cross_entropy_unfused(logits, targets, o, grad, c.d, dt)
                                     : cross_entropy(logits, targets, o, grad, c.d);
     Matrix const* din = c.with_dx_in ? &dx_in : nullptr;
-    ResidualRmsnormBwd const b2 = unfused ? linear_residual_rmsnorm_bwd_unfused(ce.dlogits, w, x, gamma, rstd, din, 1.0, dt)
-                                          : linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, ce.zdz, din, 1.0);
-    r.dx = b2.dx;
-    r.dgamma = b2.dgamma;
+    ResidualRmsnormBwd const norm_bwd =
+        unfused ? linear_residual_rmsnorm_bwd_unfused(ce.dlogits, w, x, gamma, rstd, din, 1.0, dt)
+                : linear_residual_rmsnorm_bwd(ce.dlogits, w, x, gamma, rstd, ce.zdz, din, 1.0);
+    r.dx = norm_bwd.dx;
+    r.dgamma = norm_bwd.dgamma;
     r.loss = ce.loss;
     if (unfused) {
       r.dw = Matrix(c.V, c.d);
-      gemm_unfused(transpose(ce.dlogits), transpose(b2.a), 1.0, false, r.dw, dt, CODA_FP32);
+      gemm_unfused(transpose(ce.dlogits), transpose(norm_bwd.a), 1.0, false, r.dw, dt, CODA_FP32);
     } else {
-      r.dw = wgrad(ce.dlogits, b2.a);
+      r.dw = wgrad(ce.dlogits, norm_bwd.a);
     }
     return r;
   };
@@ -243,7 +245,8 @@ void check(Case const& c, uint64_t seed, double confident_logit = 0.0, Spread co
   EXPECT_TRUE(Accepted("LM head bwd " + c.name() + " loss", acceptance(lm, unf.loss, ref.loss), print));
 }
 
-/// CODA_LCE_LOGITS=1 for the scope: every case takes the logits path (F2 -> F6 -> B2).
+/// CODA_LCE_LOGITS=1 for the scope: every case takes the logits path (linear_rowscale -> cross_entropy ->
+/// linear_residual_rmsnorm_bwd).
 class LogitsPath : public coda::test::ScopedEnv {
  public:
   LogitsPath() : ScopedEnv("CODA_LCE_LOGITS", "1") {}

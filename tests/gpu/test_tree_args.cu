@@ -1,6 +1,7 @@
 // epilogue/tree_args.hpp on real CUTLASS trees, host only (runs without a GPU): node_args and for_each_node reach
 // the argument slots that CUTLASS's positional nesting gives each node, for the op programs whose trees have
-// repeated nodes (B2), a tuple of more than four entries (F4) and a split tree (F1).
+// repeated nodes (linear_residual_rmsnorm_bwd), a tuple of more than four entries (linear_rowscale_rope) and a split
+// tree (linear_residual_rmsnorm).
 #include "epilogue/broadcast.hpp"
 #include "epilogue/tree_args.hpp"
 #include "gemm/configs.hpp"
@@ -51,7 +52,7 @@ TEST(TreeArgs, CountsNodesByType) {
   SUCCEED();
 }
 
-TEST(TreeArgs, B2ArgumentsReachTheirPositions) {
+TEST(TreeArgs, ResidualRmsnormBwdArgumentsReachTheirPositions) {
   using Kernel = ops::ResidualRmsnormBwdRowScaledKernel<cfg::Coop128x256x64C2x1>;
   using P = ProgramOf<Kernel>;
   ops::ResidualRmsnormBwdArgs args;

@@ -24,9 +24,9 @@ C_TO_CTYPES = {
 # Functions of the C ABI that the Python layer does not call, and why.
 C_ONLY = {
     "coda_dtype_size": "Python has torch's element sizes",
-    "coda_linear_rowscale_lse": "F5 runs inside coda_linear_cross_entropy, which Python calls",
+    "coda_linear_rowscale_lse": "linear_rowscale_lse runs inside coda_linear_cross_entropy, which Python calls",
     "coda_linear_rowscale_lse_workspace_size": "see coda_linear_rowscale_lse",
-    "coda_rmsnorm_rstd": "F1's final reduce runs inside the block and coda_linear_residual_rmsnorm",
+    "coda_rmsnorm_rstd": "linear_residual_rmsnorm's final reduce runs inside the block and that op",
 }
 
 

@@ -68,16 +68,17 @@ def test_sweep_ops_pins_and_environment():
     if not _C.available():  # the pins are the configs the library lists: README's build-free Python run skips this
         pytest.skip("libcoda is not built (tools/build) or not found (CODA_BUILD_DIR, CODA_LIBRARY)")
     import sweep_ops
-    pins = sweep_ops.default_pins()  # F3: the configs libcoda lists for it
+    pins = sweep_ops.default_pins()  # linear_rowscale_swiglu: the configs libcoda lists for it
     assert pins[0] == "default" and len(pins) == 1 + 3 * 8 and len(set(pins)) == len(pins)
     assert "coop_128x256x64_c2x1:raster=n,swizzle=2" in pins and "pp_128x128x64_c2x1:raster=m,swizzle=8" in pins
     assert "pp_128x192x64_c2x1:raster=n,swizzle=8" in pins
-    backward = sweep_ops.default_pins("b3")  # B3: pingpong 128x128, and 128x192 with 64x16 subtiles (e16, e16h)
+    # linear_swiglu_bwd_zdz: pingpong 128x128, and 128x192 with 64x16 subtiles (e16, e16h)
+    backward = sweep_ops.default_pins("linear_swiglu_bwd_zdz")
     assert backward[0] == "default" and len(backward) == 1 + 3 * 8 and not any("coop" in p for p in backward)
     assert "pp_128x192x64_c2x1_e16:raster=n,swizzle=8" in backward
     assert "pp_128x192x64_c2x1_e16h:raster=n,swizzle=8" in backward
-    f1_down = sweep_ops.default_pins("f1_down")
-    assert len(f1_down) == 1 + 2 * 8 and not any("192" in p for p in f1_down)
+    norm_down = sweep_ops.default_pins("linear_residual_rmsnorm@down")
+    assert len(norm_down) == 1 + 2 * 8 and not any("192" in p for p in norm_down)
     plain = sweep_ops.default_pins("gemm_gu")  # the forward layout's seven compiled configs
     assert len(plain) == 1 + 7 * 8 and "sk_128x256x64_c2x1:raster=m,swizzle=2" in plain
     assert not any("c2x2" in p for p in plain)
@@ -180,9 +181,9 @@ def test_parse_variants_collects_env_per_label_and_refuses_bad_ones():
     # --coda-env may use a fused op's name as its label: only CODA_OP_CONFIG's LABEL=SPEC form is ambiguous
     assert common.parse_variants([], ["linear_rowscale=CODA_GEMM_CONFIG=cublas"], error) == {
         "coda:linear_rowscale": {"CODA_GEMM_CONFIG": "cublas"}}
-    got = common.parse_variants(["f3=linear_rowscale_swiglu=pp_128x128x64_c2x1", "both=pp_128x128x64_c2x1"],
+    got = common.parse_variants(["swiglu=linear_rowscale_swiglu=pp_128x128x64_c2x1", "both=pp_128x128x64_c2x1"],
                                 ["cublas=CODA_GEMM_CONFIG=cublas", "both=CODA_GEMM_CONFIG=cublas:x=1"], error)
-    assert got == {"coda:f3": {"CODA_OP_CONFIG": "linear_rowscale_swiglu=pp_128x128x64_c2x1"},
+    assert got == {"coda:swiglu": {"CODA_OP_CONFIG": "linear_rowscale_swiglu=pp_128x128x64_c2x1"},
                    "coda:both": {"CODA_OP_CONFIG": "pp_128x128x64_c2x1", "CODA_GEMM_CONFIG": "cublas:x=1"},
                    "coda:cublas": {"CODA_GEMM_CONFIG": "cublas"}}
     for ops, envs, says in (([], ["cublas=CODA_GEMM_CONFIG"], "expected LABEL=VAR=VALUE"),

@@ -26,10 +26,11 @@ def test_parse_args_defaults_and_normalisation():
     assert a.configs == ["llama3-1B", "llama3-8B", "llama3-70B"] and a.tokens == [8192]
     assert a.ops == list(vs_quack.OPS) and a.quack and a.out is None and not a.quick
     assert a.quack_configs == list(vs_quack.QUACK_CONFIGS) and a.timing == vs_quack.Timing()
-    a = vs_quack.parse_args(["--configs", "LLAMA3-8b,llama3-8B", "--tokens", "8192,16384,8192", "--ops", "f3,b3",
-                             "--quick", "--no-quack", "--out", "/tmp/x", "--rounds", "5", "--quack-configs",
-                             "pp_128x128_c1x2,coop_256x128_c2x1"])
-    assert a.configs == ["llama3-8B"] and a.tokens == [8192, 16384] and a.ops == ["f3", "b3"] and not a.quack
+    a = vs_quack.parse_args(["--configs", "LLAMA3-8b,llama3-8B", "--tokens", "8192,16384,8192", "--ops",
+                             "linear_rowscale_swiglu,linear_swiglu_bwd_zdz", "--quick", "--no-quack", "--out", "/tmp/x",
+                             "--rounds", "5", "--quack-configs", "pp_128x128_c1x2,coop_256x128_c2x1"])
+    assert a.configs == ["llama3-8B"] and a.tokens == [8192, 16384] and not a.quack
+    assert a.ops == ["linear_rowscale_swiglu", "linear_swiglu_bwd_zdz"]
     assert a.out == Path("/tmp/x") and a.quack_configs == ["pp_128x128_c1x2", "coop_256x128_c2x1"]
     assert a.timing == dataclasses.replace(vs_quack.Timing.quick(), rounds=5)
     a = vs_quack.parse_args(["--warm-s", "3", "--timing-ms", "200"])
@@ -40,7 +41,7 @@ def test_parse_args_defaults_and_normalisation():
     (["--configs", "llama3-3B"], "unknown model config"),
     (["--tokens", "8192,abc"], "expected integers"),
     (["--tokens", "1000"], "multiple of 128"),
-    (["--ops", "f3,f9"], "unknown f9"),
+    (["--ops", "linear_rowscale_swiglu,no_such_op"], "unknown no_such_op"),
     (["--quack-configs", "pp_128x192"], "expected pp_MxN_cAxB"),
     (["--rounds", "0"], "--rounds must be >= 1"),
 ])
@@ -61,13 +62,14 @@ def test_quack_config_labels():
 
 
 def test_contenders_shapes_and_estimate():
-    assert vs_quack.contenders("f3") == ["cublas_gemm", "coda", "quack_default", "quack_best", "quack_norm_act"]
-    assert vs_quack.contenders("rmsnorm") == ["coda", "quack"] and vs_quack.contenders("b2", False) == [
-        "cublas_gemm", "coda"]
+    assert vs_quack.contenders("linear_rowscale_swiglu") == ["cublas_gemm", "coda", "quack_default", "quack_best",
+                                                             "quack_norm_act"]
+    assert vs_quack.contenders("rmsnorm") == ["coda", "quack"]
+    assert vs_quack.contenders("linear_residual_rmsnorm_bwd", False) == ["cublas_gemm", "coda"]
     cfg = vs_quack.CONFIGS["llama3-8b"]
-    assert vs_quack.op_shape("f3", cfg, 8192) == (8192, 2 * 14336, 4096)
-    assert vs_quack.op_shape("b3", cfg, 8192) == (8192, 14336, 4096)
-    assert vs_quack.op_shape("b2", cfg, 8192) == (8192, 4096, 2 * 14336)
+    assert vs_quack.op_shape("linear_rowscale_swiglu", cfg, 8192) == (8192, 2 * 14336, 4096)
+    assert vs_quack.op_shape("linear_swiglu_bwd_zdz", cfg, 8192) == (8192, 14336, 4096)
+    assert vs_quack.op_shape("linear_residual_rmsnorm_bwd", cfg, 8192) == (8192, 4096, 2 * 14336)
     assert vs_quack.work("lm_head", (8, 16, 4)) == {"flop": 3 * 2 * 8 * 16 * 4}
     t = vs_quack.Timing()
     one = vs_quack.estimate_seconds(vs_quack.OPS, vs_quack.MODEL_CONFIGS, [8192], t)
@@ -354,7 +356,8 @@ def _cpu_stand_ins(monkeypatch):
 def test_build_case_wiring_against_codas_reference(op, monkeypatch):
     """Every op's case on the CPU: CODA's ops through their float64 reference (coda._reference), quack through the
     torch stand-in above, cuBLAS through torch.mm; every checked output agrees, so the layouts (interleaved gate/up,
-    B as w.t()), B2's zdz and the rmsnorm comparison (quack's x_hat gamma against CODA's h rstd) are wired right."""
+    B as w.t()), linear_residual_rmsnorm_bwd's zdz and the rmsnorm comparison (quack's x_hat gamma against CODA's h
+    rstd) are wired right."""
     _cpu_stand_ins(monkeypatch)
     pins = ["pp_128x192_c2x1", "coop_256x128_c2x1"]
     case = vs_quack.build_case(op, vs_quack.CONFIGS["tiny"], 128, TorchQuack(), pins, device="cpu")
@@ -416,7 +419,8 @@ def test_main_end_to_end_on_the_cpu(monkeypatch, tmp_path, capsys):
     stand_in = TorchQuack()
     stand_in.patched = 0
     monkeypatch.setattr(vs_quack, "load_quack", lambda: (stand_in, None))
-    args = ["--configs", "llama3-1B", "--tokens", "128", "--ops", "f3,b2,rmsnorm", "--quick", "--warm-s", "0.001",
+    args = ["--configs", "llama3-1B", "--tokens", "128", "--ops",
+            "linear_rowscale_swiglu,linear_residual_rmsnorm_bwd,rmsnorm", "--quick", "--warm-s", "0.001",
             "--timing-ms", "1", "--quack-configs", "pp_128x192_c2x1,pp_128x128_c1x2", "--out", str(tmp_path),
             "--commit", "abc1234"]
     assert vs_quack.main(args) == 0
@@ -424,8 +428,10 @@ def test_main_end_to_end_on_the_cpu(monkeypatch, tmp_path, capsys):
     rows = vs_quack.read_rows(tmp_path / "vs_quack.jsonl")
     timed = [r for r in rows if not r.get("screen")]
     assert [(r["op"], r["impl"]) for r in timed] == [
-        ("f3", i) for i in ["cublas_gemm", "coda", "quack_default", "quack_norm_act", "quack_best"]] + [
-        ("b2", i) for i in ["cublas_gemm", "coda", "quack"]] + [("rmsnorm", i) for i in ["coda", "quack"]]
+        ("linear_rowscale_swiglu", i) for i in ["cublas_gemm", "coda", "quack_default", "quack_norm_act",
+                                                "quack_best"]] + [
+        ("linear_residual_rmsnorm_bwd", i) for i in ["cublas_gemm", "coda", "quack"]] + [
+        ("rmsnorm", i) for i in ["coda", "quack"]]
     assert all("error" not in r and r["ms"] > 0 and r["commit"] == "abc1234" and r["gpu"] == "cpu" for r in timed)
     assert all(r["agrees"] for r in timed if r["impl"].startswith("quack"))
     assert [r["quack_config"] for r in rows if r.get("screen")] == ["pp_128x192_c2x1", "pp_128x128_c1x2"]
@@ -458,9 +464,10 @@ def test_coda_pins_name_their_variable():
     import os
     assert vs_quack.pin_variable("gemm_gu", "pp_128x192x64_c2x1") == ("CODA_GEMM_CONFIG", "pp_128x192x64_c2x1")
     pin = "pp_128x128x64_c2x1:raster=n"
-    assert vs_quack.pin_variable("f3", pin) == ("CODA_OP_CONFIG", pin)
-    assert vs_quack.pin_variable("b2", "CODA_PDL=1") == ("CODA_PDL", "1")
-    assert vs_quack.contenders("f3", False, ["CODA_PDL=1"]) == ["cublas_gemm", "coda", "coda:CODA_PDL=1"]
+    assert vs_quack.pin_variable("linear_rowscale_swiglu", pin) == ("CODA_OP_CONFIG", pin)
+    assert vs_quack.pin_variable("linear_residual_rmsnorm_bwd", "CODA_PDL=1") == ("CODA_PDL", "1")
+    assert vs_quack.contenders("linear_rowscale_swiglu", False, ["CODA_PDL=1"]) == ["cublas_gemm", "coda",
+                                                                                    "coda:CODA_PDL=1"]
     old = os.environ.pop("CODA_PDL", None)
     try:
         seen = vs_quack.with_env("CODA_PDL", "1", lambda: os.environ.get("CODA_PDL"))()
@@ -475,7 +482,7 @@ def test_graph_ops_contenders_and_per_call_time():
     whose measured time run_case divides back to one call."""
     assert vs_quack.contenders("rmsnorm", True, (), ["rmsnorm"]) == ["coda", "quack", "coda_graph", "quack_graph"]
     assert vs_quack.contenders("rmsnorm", False, (), ["rmsnorm"]) == ["coda", "coda_graph"]
-    assert vs_quack.contenders("f1", False, (), ["rmsnorm"]) == ["cublas_gemm", "coda"]
+    assert vs_quack.contenders("linear_residual_rmsnorm", False, (), ["rmsnorm"]) == ["cublas_gemm", "coda"]
     g = vs_quack.GraphReplay(lambda: None, calls=20)
     assert g.graph is None  # nothing captured before the first call
     got = vs_quack.per_op_call(g, {"ms": 2.0, "warm_ms_per_call": 1.0, "clock_mhz": 1500})

@@ -245,8 +245,8 @@ _LIBRARY_CASES = [
     (_block, "block_forward",
      "config.hidden_size: must be a positive multiple of 8, got 12", "coda.block: `x0.shape\\[-1\\]`: must be a"),
     (_block, "block_forward",
-     "step F1 (out-projection + residual + RMSNorm 1) failed: coda_linear_residual_rmsnorm: w: internal",
-     "coda.block: step F1 .* failed: coda_linear_residual_rmsnorm: w: internal"),
+     "step linear_residual_rmsnorm (out-projection + residual + RMSNorm 1) failed: coda_linear_residual_rmsnorm: w: "
+     "internal", "coda.block: step linear_residual_rmsnorm .* failed: coda_linear_residual_rmsnorm: w: internal"),
     (_lce, "linear_cross_entropy",
      "w: must be row-major (strides[1] == 1)", "coda.linear_cross_entropy: `w`: must be row-major"),
     (_lce, "linear_cross_entropy",

@@ -1,7 +1,7 @@
 """coda.patch_qwen3 on a transformers Qwen3ForCausalLM (QK-norm: a per-head RMSNorm of q and k before RoPE): same
 loss, same gradients for every parameter (the q_norm / k_norm weights included), same logits, generate() and the
 weights untouched; patch_llama and patch_qwen3 refuse each other's models; ops.rmsnorm_qkv_qk_norm_rope against the
-float64 reference of MATH.md "F4 with QK-norm"."""
+float64 reference of MATH.md "linear_rowscale_qk_norm_rope"."""
 import copy
 
 import pytest

@@ -92,7 +92,8 @@ def p_block(hq, hkv, hd):
 
 
 def f_chain(x, gm, wo, wgu, wd):
-    """F1 -> swiglu_mlp with the cache from F1: the ops compose through (x, gamma) + cache."""
+    """linear_residual_rmsnorm -> swiglu_mlp with the cache from linear_residual_rmsnorm: the ops compose through
+    (x, gamma) + cache."""
     x1, h1, r1 = coda.ops.linear_residual_rmsnorm(x[:, :wo.shape[1]], wo, x, gm, EPS)
     return coda.ops.swiglu_mlp(x1, gm, wgu, wd, EPS, cache=(h1, r1))[0]
 
@@ -136,8 +137,8 @@ def test_cpu_qkv_qk_norm_rope(hq, hkv, hd):
 
 
 def test_cpu_qk_norm_rope_bwd_zdz_reference_matches_the_ops_backward():
-    """_reference.qk_norm_rope_bwd_zdz (the CPU twin of the B1-with-QK-norm kernel's binding) against the op's own
-    backward by float64 autograd (plain.qk_norm_rope_bwd), zdz against (1/d) <z, dz>."""
+    """_reference.qk_norm_rope_bwd_zdz (the CPU twin of the QK-norm + RoPE backward kernel's binding) against the
+    op's own backward by float64 autograd (plain.qk_norm_rope_bwd), zdz against (1/d) <z, dz>."""
     from coda import _reference
     g = I.gen(21)
     hq, hkv, hd, M, d = 3, 1, 64, 9, 96
@@ -339,7 +340,7 @@ def test_gpu_qkv_qk_norm_rope(M, d, hq, hkv, hd, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,hq,hkv,hd", [(7, 3, 1, 64), (1000, 4, 2, 128), (300, 32, 8, 64)])
 def test_gpu_qk_norm_rope_bwd_kernel_matches_the_fp32_backward(M, hq, hkv, hd, dtype):
-    """coda_qk_norm_rope_bwd_zdz (B1 with QK-norm, the kernel behind the op's autograd) against fp32 PyTorch autograd
+    """coda_qk_norm_rope_bwd_zdz (the kernel behind the op's autograd) against fp32 PyTorch autograd
     of the same map (plain.qk_norm_rope_bwd) and zdz = (1/d) <z, dz>: the binding's argument order and layout."""
     from coda import _kernels
     g = I.gen(M + hd)

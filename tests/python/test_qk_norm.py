@@ -1,6 +1,7 @@
 """QK-norm + RoPE (Qwen3's attention input), the float64 references on the CPU: the forward against HF's Qwen3
-attention (in CODA's layout, W_q, W_k rows and the norms' gammas permuted so RoPE pairs are adjacent, MATH.md "F4
-with QK-norm", it computes what HF computes on its own layout), the backward against autograd of the forward."""
+attention (in CODA's layout, W_q, W_k rows and the norms' gammas permuted so RoPE pairs are adjacent, MATH.md
+"linear_rowscale_qk_norm_rope", it computes what HF computes on its own layout), the backward against autograd of
+the forward."""
 import pytest
 import torch
 

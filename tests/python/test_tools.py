@@ -18,9 +18,9 @@ def test_tool_help(tool):
 
 def test_kernel_stages_lists_every_compiled_kernel_with_at_least_three_stages():
     """tools/kernel-stages reads the build's objects: every fused-op and plain-GEMM instance gets a line, and no kernel
-    is left fewer than 3 mainloop stages by its epilogue's shared memory (a cooperative B2 with 2 ran 4-8 % slower
-    in the block: bench/results/block_variants_h200/README.md, stop 19). Needs the objects of a build (tools/test
-    builds first; a Python-only run without build/ skips, saying so)."""
+    is left fewer than 3 mainloop stages by its epilogue's shared memory (a cooperative linear_residual_rmsnorm_bwd
+    with 2 ran 4-8 % slower in the block: bench/results/block_variants_h200/README.md, stop 19). Needs the objects of
+    a build (tools/test builds first; a Python-only run without build/ skips, saying so)."""
     root = TOOLS.parent
     build = Path(os.environ.get("CODA_BUILD_DIR", root / "build"))
     if not (build / "src" / "CMakeFiles" / "coda.dir").is_dir():

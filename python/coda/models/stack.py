@@ -82,8 +82,9 @@ def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, 
             x, qkv = ops.block(y0, x, layer.w_o, layer.gamma_post, layer.w_gu, layer.w_down, nxt.gamma_in,
                                nxt.w_qkv, positions, inv_freq, hq, hkv, hd, eps)
             continue
-        # The last layer, or a next layer with QK-norm (the block's F4 has no per-head norm yet): F1 and the MLP,
-        # the next norm fused into the down-projection, then the next layer's projection from its cache.
+        # The last layer, or a next layer with QK-norm (the block's linear_rowscale_rope has no per-head norm yet):
+        # linear_residual_rmsnorm and the MLP, the next norm fused into the down-projection, then the next layer's
+        # projection from its cache.
         x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, layer.w_o, x, layer.gamma_post, eps)
         x, norm_cache = ops.swiglu_mlp(x1, layer.gamma_post, layer.w_gu, layer.w_down, eps, cache=(h1, rstd1),
                                        next_gamma=gamma_final if nxt is None else nxt.gamma_in)

@@ -1,4 +1,4 @@
-// coda_linear_cross_entropy dispatch: chunked F5 (no logits) + the loss from row statistics.
+// coda_linear_cross_entropy dispatch: chunked linear_rowscale_lse (no logits) + the loss from row statistics.
 #include "ops/linear_cross_entropy/linear_cross_entropy.hpp"
 
 #include "common/error.hpp"

@@ -1,5 +1,5 @@
-// The LM head + cross-entropy forward without logits in memory (coda_linear_cross_entropy): F5 per chunk of rows
-// (fused GEMM keeping per-row statistics, then lse_finish), then one loss kernel over all rows
+// The LM head + cross-entropy forward without logits in memory (coda_linear_cross_entropy): linear_rowscale_lse per
+// chunk of rows (fused GEMM keeping per-row statistics, then lse_finish), then one loss kernel over all rows
 // (kernels::cross_entropy_from_stats). Host only, no CUTLASS.
 #pragma once
 
@@ -15,8 +15,8 @@ namespace coda::ops {
 /// that the tile statistics stay ~66 MB at V = 128256.
 inline constexpr int64_t kDefaultChunkRows = 8192;
 
-/// Workspace of linear_cross_entropy: F5 partials for one chunk, then lse (when not given), target logit and logit
-/// sum [M] fp32, then the cross_entropy_from_stats workspace; each part 256-byte aligned.
+/// Workspace of linear_cross_entropy: linear_rowscale_lse partials for one chunk, then lse (when not given), target
+/// logit and logit sum [M] fp32, then the cross_entropy_from_stats workspace; each part 256-byte aligned.
 size_t linear_cross_entropy_workspace_bytes(int64_t M, int64_t V, int64_t chunk_rows);
 
 struct LinearCrossEntropyArgs {
@@ -37,7 +37,7 @@ struct LinearCrossEntropyArgs {
   size_t workspace_bytes = 0;
 };
 
-/// Enqueues the chunks' F5 kernels and the loss kernel on `stream`. Throws coda::detail::Error.
+/// Enqueues the chunks' linear_rowscale_lse kernels and the loss kernel on `stream`. Throws coda::detail::Error.
 void linear_cross_entropy(LinearCrossEntropyArgs const& args, cudaStream_t stream);
 
 }  // namespace coda::ops

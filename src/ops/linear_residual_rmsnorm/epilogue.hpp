@@ -1,4 +1,4 @@
-// F1's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
+// linear_residual_rmsnorm's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
 //
 //   x  = plus(acc, C = residual)                   fp32, evaluated once (split-tree input)
 //   h  = AuxStore(R(multiplies(x, RowBroadcast(gamma))))

@@ -1,6 +1,6 @@
-// F1 coda_linear_residual_rmsnorm: x = a w^T + residual, h = x * gamma, per-(row, N-tile) partial sums of squares
-// of x, then rstd (kernels::rmsnorm_rstd). CUTLASS-free interface: the epilogue arguments and the dispatch (the
-// compiled kernels: op.cmake). docs/OPS.md.
+// coda_linear_residual_rmsnorm: x = a w^T + residual, h = x * gamma, per-(row, N-tile) partial sums of squares of x,
+// then rstd (kernels::rmsnorm_rstd). CUTLASS-free interface: the epilogue arguments and the dispatch (the compiled
+// kernels: op.cmake). docs/OPS.md.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -30,9 +30,10 @@ struct PartialsLayout {
 };
 PartialsLayout partials_layout(gemm::KernelInfo const& info, int64_t M, int64_t N);
 
-/// F1 on bf16 (fp16 = false) or fp16 tensors (all row-major with the given row strides; x may alias residual).
-/// `partials` is the caller's workspace (at least coda_linear_residual_rmsnorm_workspace_size(M, N) bytes, 16-byte
-/// aligned). M, N, K >= 1. Enqueues the GEMM, then the rstd finishing kernel, on `stream`. Throws coda::detail::Error.
+/// linear_residual_rmsnorm on bf16 (fp16 = false) or fp16 tensors (all row-major with the given row strides; x may
+/// alias residual). `partials` is the caller's workspace (at least coda_linear_residual_rmsnorm_workspace_size(M, N)
+/// bytes, 16-byte aligned). M, N, K >= 1. Enqueues the GEMM, then the rstd finishing kernel, on `stream`. Throws
+/// coda::detail::Error.
 void linear_residual_rmsnorm(int64_t M, int64_t N, int64_t K, void const* a, int64_t lda, void const* w,
                              int64_t ldw, void const* residual, int64_t ldr, void const* gamma, float eps, void* x,
                              int64_t ldx, void* h, int64_t ldh, float* rstd, void* workspace,

@@ -1,4 +1,4 @@
-# F1 coda_linear_residual_rmsnorm: its kernels and tile policy (src/ops/registry.cmake says what this generates).
+# coda_linear_residual_rmsnorm: its kernels and tile policy (src/ops/registry.cmake says what this generates).
 coda_fused_op(linear_residual_rmsnorm ARGS ResidualRmsnormArgs NAMESPACE residual_rmsnorm_kernels LAYOUT fwd
   KERNEL ResidualRmsnormKernel BF16 coop_128x256x64_c2x1 pp_128x128x64_c2x1 FP16 pp_128x128x64_c2x1
     # Below M = 4096 (not measured: a 128x256 tile halves the CTA count, which a short M cannot spare) and for fp16:

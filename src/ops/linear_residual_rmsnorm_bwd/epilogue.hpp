@@ -1,13 +1,13 @@
-// B2's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake): a tree of
-// stock nodes and taps (src/epilogue/tap.hpp), all in fp32:
+// linear_residual_rmsnorm_bwd's epilogue program (CUTLASS-heavy; included only by the instances generated from
+// op.cmake): a tree of stock nodes and taps (src/epilogue/tap.hpp), all in fp32:
 //
 //   c  = x * rstd                                           x through the aux load, rstd per row
 //   c' = Tap<AuxStore a>(c, gamma): stores a = R(c * gamma), value c
 //   c" = Tap<ColumnPartials dgamma>(c'): column partials of acc * c over the tile's rows, value c
-//   D  = dx = fma(rstd * alpha, acc * gamma - c" * zdz, dx_in)          (B2Dx below; dx_in is C)
+//   D  = dx = fma(rstd * alpha, acc * gamma - c" * zdz, dx_in)          (Dx below; dx_in is C)
 //
-// coda.h B2 with D = alpha acc: dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma, dgamma = sum_m D c, c = x
-// rstd.
+// coda.h's linear_residual_rmsnorm_bwd with D = alpha acc: dx = dx_in + rstd (D gamma - alpha c zdz), a = c gamma,
+// dgamma = sum_m D c, c = x rstd.
 //
 // With a row scale v (kRowScale, the LM head's exponential form, where dz = v (.) E and E is the stored GEMM operand):
 // D = alpha v acc, and zdz arrives divided by v (kernels::ce_exp_finish), so
@@ -32,7 +32,7 @@
 
 namespace coda::ops {
 
-namespace b2 {
+namespace rmsnorm_bwd {
 
 /// c * gamma: what the a store receives (Tap functor: acc, c, gamma).
 template <class Frag>
@@ -81,13 +81,13 @@ struct DxArguments {
 };
 
 /// dx = fma(rstd * alpha, acc * gamma - c * zdz, dx_in) (Sm90Compute functor with run-time alpha; instantiated
-/// as B2Dx<float> for its Arguments and as B2Dx<Array<float, N>> to compute).
+/// as Dx<float> for its Arguments and as Dx<Array<float, N>> to compute).
 template <class T>
-struct B2Dx {
+struct Dx {
   using Arguments = DxArguments;
 };
 template <int N>
-struct B2Dx<cutlass::Array<float, N>> {
+struct Dx<cutlass::Array<float, N>> {
   using Arguments = DxArguments;
   using Frag = cutlass::Array<float, N>;
   CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& c, Frag const& gamma, Frag const& rstd,
@@ -101,13 +101,13 @@ struct B2Dx<cutlass::Array<float, N>> {
   }
 };
 
-/// B2Dx with the row scale v as its last input: fma(rstd * v * alpha, acc * gamma - c * zdz, dx_in).
+/// Dx with the row scale v as its last input: fma(rstd * v * alpha, acc * gamma - c * zdz, dx_in).
 template <class T>
-struct B2DxV {
+struct DxV {
   using Arguments = DxArguments;
 };
 template <int N>
-struct B2DxV<cutlass::Array<float, N>> {
+struct DxV<cutlass::Array<float, N>> {
   using Arguments = DxArguments;
   using Frag = cutlass::Array<float, N>;
   CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& c, Frag const& gamma, Frag const& rstd,
@@ -121,7 +121,7 @@ struct B2DxV<cutlass::Array<float, N>> {
   }
 };
 
-}  // namespace b2
+}  // namespace rmsnorm_bwd
 
 template <bool kRowScale>
 struct ResidualRmsnormBwdEpilogueT {
@@ -153,7 +153,7 @@ struct ResidualRmsnormBwdEpilogueT {
     struct EpiDesc {
       using EpilogueTile = typename BuilderDesc::EpilogueTile;
       static constexpr int StagesD = BuilderDesc::StagesD;
-      // StagesD + 1: the builder's least when D reuses C's smem (B2's C and D are the same element type).
+      // StagesD + 1: the builder's least when D reuses C's smem (this op's C and D are the same element type).
       static constexpr int StagesC = kCoop ? StagesD + 1 : BuilderDesc::StagesC;
     };
     using EpilogueDispatchPolicy = std::conditional_t<
@@ -187,11 +187,11 @@ struct ResidualRmsnormBwdEpilogueT {
     using EVT = cutlass::epilogue::fusion::Sm90EVT<Node, Children...>;
     using V = epilogue::RowScale<TileShape>;
     using C = EVT<Op<cutlass::multiplies>, X, Rstd>;
-    using ATap = std::conditional_t<kRowScale, epilogue::Sm90Tap<AStore, b2::TimesGammaV>,
-                                    epilogue::Sm90Tap<AStore, b2::TimesGamma>>;
-    using DgammaTap = std::conditional_t<kRowScale, epilogue::Sm90Tap<DgammaPartials, b2::AccTimesV>,
-                                         epilogue::Sm90Tap<DgammaPartials, b2::AccTimes>>;
-    using DxNode = std::conditional_t<kRowScale, Op<b2::B2DxV>, Op<b2::B2Dx>>;
+    using ATap = std::conditional_t<kRowScale, epilogue::Sm90Tap<AStore, rmsnorm_bwd::TimesGammaV>,
+                                    epilogue::Sm90Tap<AStore, rmsnorm_bwd::TimesGamma>>;
+    using DgammaTap = std::conditional_t<kRowScale, epilogue::Sm90Tap<DgammaPartials, rmsnorm_bwd::AccTimesV>,
+                                         epilogue::Sm90Tap<DgammaPartials, rmsnorm_bwd::AccTimes>>;
+    using DxNode = std::conditional_t<kRowScale, Op<rmsnorm_bwd::DxV>, Op<rmsnorm_bwd::Dx>>;
     using CA = std::conditional_t<kRowScale, EVT<ATap, C, Gamma, V>, EVT<ATap, C, Gamma>>;
     using CG = std::conditional_t<kRowScale, EVT<DgammaTap, CA, V>, EVT<DgammaTap, CA>>;
     using Fusion = std::conditional_t<kRowScale, EVT<DxNode, Acc, CG, Gamma, Rstd, Zdz, DxIn, V>,

@@ -1,4 +1,4 @@
-// B2 coda_linear_residual_rmsnorm_bwd (MATH.md B2): dgrad GEMM D = alpha * dz W with the RMSNorm backward in its
+// coda_linear_residual_rmsnorm_bwd (MATH.md): dgrad GEMM D = alpha * dz W with the RMSNorm backward in its
 // epilogue. CUTLASS-free interface: the epilogue arguments and the dispatch (the compiled kernels: op.cmake).
 #pragma once
 
@@ -10,8 +10,9 @@
 
 namespace coda::ops {
 
-/// Run-time arguments of the B2 epilogue (besides Operands: A = dz [M,N'] K-major, B = w [N',N] N-major,
-/// C = dx_in [M,N], D = dx [M,N]; C and D may be the same matrix for the in-place accumulation).
+/// Run-time arguments of the linear_residual_rmsnorm_bwd epilogue (besides Operands: A = dz [M,N'] K-major,
+/// B = w [N',N] N-major, C = dx_in [M,N], D = dx [M,N]; C and D may be the same matrix for the in-place
+/// accumulation).
 struct ResidualRmsnormBwdArgs {
   float alpha = 1.0f;              ///< scales the GEMM result (e.g. upstream gradient / token count for the LM head); the
                                    ///< epilogue applies it to dx, the dispatch to the finished dgamma sums
@@ -26,12 +27,12 @@ struct ResidualRmsnormBwdArgs {
   float const* row_scale = nullptr;  ///< [M] fp32 v, read by the row-scaled kernels only (epilogue.hpp)
 };
 
-/// B2 on bf16|fp16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N], x [M,N], gamma [N], rstd and
-/// zdz [M] fp32, dx_in nullptr or [M,N] (may be dx), dx and a [M,N], dgamma [N] fp32. `workspace` holds the
-/// column partials (at least coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes, 16-byte aligned).
-/// Enqueues (a zero fill of dx when dx_in is nullptr,) the fused dgrad GEMM and the dgamma finishing kernel on
-/// `stream`. row_scale: nullptr, or [M] fp32 v (bf16 only): D = alpha v (.) (dz W), zdz given divided by v, a =
-/// R(v c gamma) (epilogue.hpp); CODA_OP_CONFIG does not apply to it. Throws coda::detail::Error.
+/// linear_residual_rmsnorm_bwd on bf16|fp16 tensors (row-major with the given row strides): dz [M,Nd], w [Nd,N],
+/// x [M,N], gamma [N], rstd and zdz [M] fp32, dx_in nullptr or [M,N] (may be dx), dx and a [M,N], dgamma [N] fp32.
+/// `workspace` holds the column partials (at least coda_linear_residual_rmsnorm_bwd_workspace_size(M, N) bytes,
+/// 16-byte aligned). Enqueues (a zero fill of dx when dx_in is nullptr,) the fused dgrad GEMM and the dgamma finishing
+/// kernel on `stream`. row_scale: nullptr, or [M] fp32 v (bf16 only): D = alpha v (.) (dz W), zdz given divided by v,
+/// a = R(v c gamma) (epilogue.hpp); CODA_OP_CONFIG does not apply to it. Throws coda::detail::Error.
 void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* dz, int64_t ldz, void const* w,
                                  int64_t ldw, void const* x, int64_t ldx, void const* gamma, float const* rstd,
                                  float const* zdz, void const* dx_in, int64_t ld_dx_in, float alpha, void* dx,

@@ -1,12 +1,18 @@
-// B2 dispatch (host only, no CUTLASS): the fused dgrad GEMM (dx, a, dgamma column partials), then the dgamma
-// finishing reduce. bf16: pingpong 128x128 and cooperative 128x256 (the default at K >= 8192); fp16: pingpong.
+// linear_residual_rmsnorm_bwd (host only, no CUTLASS): the C ABI entry point (validation), and the dispatch: the
+// fused dgrad GEMM (dx, a, dgamma column partials), then the dgamma finishing reduce.
 #include "ops/linear_residual_rmsnorm_bwd/instances.hpp"
 
+#include <coda/coda.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "api/checks.hpp"
+#include "api/guard.hpp"
 #include "common/error.hpp"
 #include "kernels/kernels.hpp"
 #include "ops/op_config.hpp"
-
-#include <cstdint>
 
 namespace coda::ops {
 
@@ -67,3 +73,60 @@ void linear_residual_rmsnorm_bwd(int64_t M, int64_t N, int64_t Nd, void const* d
 }
 
 }  // namespace coda::ops
+
+// The C ABI entry point (coda.h): every argument validated, then the dispatch above.
+namespace api = coda::api;
+using coda::api::Arg;
+using coda::api::guarded;
+using coda::api::row_stride;
+using coda::detail::fail;
+
+extern "C" {
+
+CODA_API size_t coda_linear_residual_rmsnorm_bwd_workspace_size(int64_t M, int64_t N) {
+  // Column partials (an upper bound over the CTA tiles); alpha is applied in the epilogue and the finishing sum.
+  return M <= 0 ? 0 : api::col_partials_bytes(M, N);
+}
+
+CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, const coda_tensor* w,
+                                                      const coda_tensor* x, const coda_tensor* gamma,
+                                                      const coda_tensor* rstd, const coda_tensor* zdz,
+                                                      const coda_tensor* dx_in, float alpha, coda_tensor* dx_out,
+                                                      coda_tensor* a_out, coda_tensor* dgamma_out, void* workspace,
+                                                      size_t workspace_bytes, void* stream) {
+  return guarded("coda_linear_residual_rmsnorm_bwd", [&] {
+    Arg const DZ{dz, "dz"}, W{w, "w"}, X{x, "x"}, G{gamma, "gamma"}, S{rstd, "rstd"}, ZD{zdz, "zdz"};
+    Arg const DXI{dx_in, "dx_in"}, DX{dx_out, "dx_out"}, A{a_out, "a_out"}, DG{dgamma_out, "dgamma_out"};
+    api::LinearShape const s = api::check_dgrad(DZ, W);
+    api::check_activation(X, DZ, s.M, s.N, "M", "N = w.sizes[1]");
+    api::check_vector(G, s.N, {DZ.dtype()}, "N", "w.sizes[1]");
+    api::check_vector(S, s.M, {CODA_FP32}, "M", "dz.sizes[0]");
+    api::check_vector(ZD, s.M, {CODA_FP32}, "M", "dz.sizes[0]");
+    if (dx_in != nullptr) api::check_activation(DXI, DZ, s.M, s.N, "M", "N");
+    if (!std::isfinite(alpha)) fail(CODA_ERROR_INVALID_ARGUMENT, "alpha: must be finite, got ", alpha);
+    api::check_activation(DX, DZ, s.M, s.N, "M", "N");
+    api::check_activation(A, DZ, s.M, s.N, "M", "N");
+    api::check_vector(DG, s.N, {CODA_FP32}, "N", "w.sizes[1]");
+    api::require_same_or_disjoint(DX, DXI);  // residual gradient accumulated in place
+    api::check_disjoint({DX}, {DZ, W, X, G, S, ZD});
+    api::check_disjoint({A, DG}, {DZ, W, X, G, S, ZD, DXI, DX});
+    api::require_workspace("coda_linear_residual_rmsnorm_bwd", workspace, workspace_bytes,
+                           coda_linear_residual_rmsnorm_bwd_workspace_size(s.M, s.N));
+    int const device = api::require_same_device({DZ, W, X, G, S, ZD, DXI, DX, A, DG});
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
+    api::require_kernel_device(device, {DZ, W, X, G, S, ZD, DXI, DX, A, DG});
+    if (s.M == 0) {  // nothing to launch but dgamma = 0 (an empty sum)
+      CODA_CUDA_CHECK(cudaMemsetAsync(dgamma_out->data, 0, static_cast<size_t>(s.N) * sizeof(float),
+                                      static_cast<cudaStream_t>(stream)));
+      return;
+    }
+    coda::ops::linear_residual_rmsnorm_bwd(
+        s.M, s.N, s.K, dz->data, row_stride(DZ, s.K), w->data, row_stride(W, s.N), x->data, row_stride(X, s.N),
+        gamma->data, static_cast<float const*>(rstd->data), static_cast<float const*>(zdz->data),
+        dx_in != nullptr ? dx_in->data : nullptr, dx_in != nullptr ? row_stride(DXI, s.N) : 0, alpha, dx_out->data,
+        row_stride(DX, s.N), a_out->data, row_stride(A, s.N), static_cast<float*>(dgamma_out->data),
+        DZ.dtype() == CODA_FP16, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+  });
+}
+
+}  // extern "C"

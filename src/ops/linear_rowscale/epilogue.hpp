@@ -1,4 +1,4 @@
-// F2's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
+// linear_rowscale's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
 //
 //   y = multiplies(ColBroadcast(rstd), acc)      fp32 product, one rounding to bf16; no C tile
 //

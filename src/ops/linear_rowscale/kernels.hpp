@@ -1,4 +1,4 @@
-// F2 coda_linear_rowscale: y = diag(rstd) (h w^T). CUTLASS-free interface: the epilogue arguments and the dispatch
+// coda_linear_rowscale: y = diag(rstd) (h w^T). CUTLASS-free interface: the epilogue arguments and the dispatch
 // (the compiled kernels: op.cmake). docs/OPS.md.
 #pragma once
 

@@ -1,5 +1,5 @@
-// The LM head's backward logits GEMM in exponential form (MATH.md F6, "exponential form"): E = s (.) exp(c - K)
-// per element with one offset K per row (epilogue/exp_ce.hpp), plus per-(row, N-tile) sums for
+// The LM head's backward logits GEMM in exponential form (MATH.md, cross_entropy's "exponential form"):
+// E = s (.) exp(c - K) per element with one offset K per row (epilogue/exp_ce.hpp), plus per-(row, N-tile) sums for
 // kernels::ce_exp_finish. Internal to coda_linear_cross_entropy_bwd (no C entry point). CUTLASS-free interface: the
 // epilogue arguments, the partials' layout and the dispatch (the compiled kernels: op.cmake).
 #pragma once

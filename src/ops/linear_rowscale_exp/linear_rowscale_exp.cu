@@ -65,8 +65,8 @@ ExpCeWorkspace linear_rowscale_exp(int64_t M, int64_t N, int64_t K, void const* 
   op.A = h, op.lda = ldh;
   op.ldb = ldw;
   op.ldd = ld_e;
-  // Raster along N, swizzle 8: F5's measured default for the same GEMM with an exp per element (the weight streams
-  // from DRAM once per wave of row bands; linear_rowscale_lse.cu).
+  // Raster along N, swizzle 8: linear_rowscale_lse's measured default for the same GEMM with an exp per element (the
+  // weight streams from DRAM once per wave of row bands; linear_rowscale_lse.cu).
   if (vm > 0) {
     op.N = vm;
     op.B = w;

@@ -1,4 +1,5 @@
-// F5's epilogue programs (CUTLASS-heavy; include only from the per-kernel .cu files of this directory):
+// linear_rowscale_lse's epilogue programs (CUTLASS-heavy; include only from the per-kernel .cu files of this
+// directory):
 //
 //   l   = multiplies(ColBroadcast(rstd), acc)                   fp32, evaluated once
 //   D   = R(l)                                                   raw logits (LseEpilogue only)
@@ -7,8 +8,8 @@
 // LseEpilogue:         Sm90SplitTreeVisitor<input: l, output: SplitTreeFetch -> D, aux: OnlineLse(Softcap(fetch))>
 // LseNoLogitsEpilogue: Sm90EVT<OnlineLse, Sm90EVT<Softcap, l>> with ElementD = void; the root's OnlineLse names
 //                      the collective's (unused) D element through its ElementAux (CUTLASS_EVT.md section 8).
-// The statistics use l in fp32 before any rounding (like F1's sums of squares): only fp32 GEMM and exp/log
-// rounding separate them from the float64 reference; the stored logits are rounded once.
+// The statistics use l in fp32 before any rounding (like linear_residual_rmsnorm's sums of squares): only fp32 GEMM and
+// exp/log rounding separate them from the float64 reference; the stored logits are rounded once.
 #pragma once
 
 #include "epilogue/broadcast.hpp"

@@ -1,7 +1,7 @@
-// F5 coda_linear_rowscale_lse: LM-head logits l = diag(rstd) (h w^T), optional softcap, and per-row log-sum-exp
-// and target logit from per-(row, N-tile) partials written by the GEMM epilogue (epilogue/online_lse.hpp), then
-// finished by kernels::lse_finish. CUTLASS-free interface: the epilogue arguments, the workspace layout and the
-// dispatch (the compiled kernels: op.cmake). docs/OPS.md.
+// coda_linear_rowscale_lse: LM-head logits l = diag(rstd) (h w^T), optional softcap, and per-row log-sum-exp and target
+// logit from per-(row, N-tile) partials written by the GEMM epilogue (epilogue/online_lse.hpp), then finished by
+// kernels::lse_finish. CUTLASS-free interface: the epilogue arguments, the workspace layout and the dispatch (the
+// compiled kernels: op.cmake). docs/OPS.md.
 #pragma once
 
 #include "gemm/kernel_api.hpp"
@@ -25,8 +25,8 @@ struct LseArgs {
   float* part_target = nullptr;
 };
 
-/// The workspace of F5: four fp32 [T, Mpad] partial buffers (max, sumexp, sum, target) of a kernel with CTA tile
-/// tile_m x tile_n, each starting on a 256-byte boundary. Element (t, m) of a buffer is at m + m_pad * t.
+/// The workspace of linear_rowscale_lse: four fp32 [T, Mpad] partial buffers (max, sumexp, sum, target) of a kernel
+/// with CTA tile tile_m x tile_n, each starting on a 256-byte boundary. Element (t, m) of a buffer is at m + m_pad * t.
 struct LseWorkspace {
   int64_t tiles = 0;   ///< T = ceil(V / tile_n)
   int64_t m_pad = 0;   ///< Mpad = round_up(M, tile_m)
@@ -45,13 +45,14 @@ inline LseWorkspace lse_workspace(int64_t M, int64_t V, int64_t tile_m, int64_t 
   w.slot = (static_cast<size_t>(w.tiles * w.m_pad) * sizeof(float) + 255) / 256 * 256;
   return w;
 }
-/// The CTA tile the workspace is sized for: the smallest M and N tiles of the compiled F5 kernels (coop 128x256,
-/// pingpong 128x128), so coda_linear_rowscale_lse_workspace_size covers every kernel; a kernel with a wider N tile
-/// uses a prefix of it. The partials of a run are laid out for the kernel that ran (lse_workspace of its tile).
+/// The CTA tile the workspace is sized for: the smallest M and N tiles of the compiled linear_rowscale_lse kernels
+/// (coop 128x256, pingpong 128x128), so coda_linear_rowscale_lse_workspace_size covers every kernel; a kernel with a
+/// wider N tile uses a prefix of it. The partials of a run are laid out for the kernel that ran (lse_workspace of its
+/// tile).
 inline constexpr int64_t kLseTileM = 128, kLseTileN = 128;
 
-/// F5 on bf16 (fp16 = false) or fp16 tensors: h [M,K] (row stride ldh), w [V,K] (ldw), rstd [M] fp32, targets
-/// [M] int32|int64.
+/// linear_rowscale_lse on bf16 (fp16 = false) or fp16 tensors: h [M,K] (row stride ldh), w [V,K] (ldw), rstd [M]
+/// fp32, targets [M] int32|int64.
 /// logits: nullptr, or [M,V] in the input dtype with row stride ld_logits (raw, before softcap). lse, target_logit: [M]
 /// fp32. `workspace` holds the partials (LseWorkspace of the chosen kernel, 16-byte aligned). M, V, K >= 1. logit_sum:
 /// nullptr, or [M] fp32 receiving the row sum of the (capped) logits (label smoothing). Enqueues the fused GEMM, then

@@ -1,12 +1,19 @@
-// F5 dispatch (host only, no CUTLASS): pick the kernel (with or without stored logits), carve the partials out of
-// the caller's workspace, run the fused GEMM, then the deterministic finishing kernel.
+// linear_rowscale_lse (host only, no CUTLASS): the C ABI entry point (validation), and the dispatch: pick the kernel
+// (with or without stored logits), carve the partials out of the caller's workspace, run the fused GEMM, then the
+// deterministic finishing kernel.
 #include "ops/linear_rowscale_lse/instances.hpp"
 
+#include <coda/coda.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "api/checks.hpp"
+#include "api/guard.hpp"
 #include "common/error.hpp"
 #include "kernels/kernels.hpp"
 #include "ops/op_config.hpp"
-
-#include <cstdint>
 
 namespace coda::ops {
 
@@ -70,3 +77,54 @@ void linear_rowscale_lse(int64_t M, int64_t V, int64_t K, void const* h, int64_t
 }
 
 }  // namespace coda::ops
+
+// The C ABI entry point (coda.h): every argument validated, then the dispatch above.
+namespace api = coda::api;
+using coda::api::Arg;
+using coda::api::guarded;
+using coda::api::row_stride;
+using coda::detail::fail;
+
+extern "C" {
+
+CODA_API size_t coda_linear_rowscale_lse_workspace_size(int64_t M, int64_t V) {
+  // Four fp32 [T, Mpad] partial buffers of the linear_rowscale_lse kernels' CTA tile (max, sum-exp, logit sum, target
+  // logit), each 256-byte aligned: exactly ops::lse_workspace(M, V, kLseTileM, kLseTileN).bytes().
+  return 4 * api::row_partials_bytes(M, V, coda::ops::kLseTileM, coda::ops::kLseTileN);
+}
+
+CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_tensor* w, const coda_tensor* rstd,
+                                              const coda_tensor* targets, float softcap, int64_t ignore_index,
+                                              coda_tensor* lse_out, coda_tensor* target_logit_out,
+                                              coda_tensor* logits_out, void* workspace, size_t workspace_bytes,
+                                              void* stream) {
+  return guarded("coda_linear_rowscale_lse", [&] {
+    Arg const Hh{h, "h"}, W{w, "w"}, S{rstd, "rstd"}, T{targets, "targets"};
+    Arg const L{lse_out, "lse_out"}, TL{target_logit_out, "target_logit_out"}, LG{logits_out, "logits_out"};
+    api::LinearShape const s = api::check_rowscale_inputs(Hh, W, S);
+    api::check_vector(T, s.M, {CODA_INT32, CODA_INT64}, "M", "h.sizes[0]");
+    if (!(softcap >= 0.0f) || !std::isfinite(softcap)) {
+      fail(CODA_ERROR_INVALID_ARGUMENT, "softcap: must be finite and >= 0 (0 = off), got ", softcap);
+    }
+    api::check_vector(L, s.M, {CODA_FP32}, "M", "h.sizes[0]");
+    api::check_vector(TL, s.M, {CODA_FP32}, "M", "h.sizes[0]");
+    if (logits_out != nullptr) api::check_activation(LG, Hh, s.M, s.N, "M", "V");
+    api::check_disjoint({L, TL, LG}, {Hh, W, S, T});
+    api::require_workspace("coda_linear_rowscale_lse", workspace, workspace_bytes,
+                           coda_linear_rowscale_lse_workspace_size(s.M, s.N));
+    int const device = api::require_same_device({Hh, W, S, T, L, TL, LG});
+    bool const fp16 = Hh.dtype() == CODA_FP16;
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
+    api::require_kernel_device(device, {Hh, W, S, T, L, TL, LG});
+    if (s.M == 0) return;
+    coda::ops::linear_rowscale_lse(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
+                                   static_cast<float const*>(rstd->data), targets->data, T.dtype() == CODA_INT64,
+                                   softcap, ignore_index, static_cast<float*>(lse_out->data),
+                                   static_cast<float*>(target_logit_out->data),
+                                   logits_out != nullptr ? logits_out->data : nullptr,
+                                   logits_out != nullptr ? row_stride(LG, s.N) : 0, workspace, workspace_bytes, fp16,
+                                   static_cast<cudaStream_t>(stream));
+  });
+}
+
+}  // extern "C"

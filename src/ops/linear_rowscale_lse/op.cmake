@@ -1,4 +1,4 @@
-# F5 coda_linear_rowscale_lse: its kernels and tile policy (src/ops/registry.cmake says what this generates).
+# coda_linear_rowscale_lse: its kernels and tile policy (src/ops/registry.cmake says what this generates).
 # LseKernel stores the raw logits R(rstd * acc) as D; its twin LseNoLogitsKernel (D = void) writes only the partials:
 # the LM head's loss path.
 coda_fused_op(linear_rowscale_lse ARGS LseArgs NAMESPACE lse_kernels LAYOUT fwd

@@ -1,4 +1,5 @@
-// F4 with QK-norm's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
+// linear_rowscale_qk_norm_rope's epilogue program (CUTLASS-heavy; included only by the instances generated from
+// op.cmake):
 //
 //   u = multiplies(acc, ColBroadcast(rstd))          fp32
 //   z = AuxStore(u)                                  R(u) through its own TMA store (skipped for a null z: the

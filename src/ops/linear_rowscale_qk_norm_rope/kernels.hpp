@@ -1,6 +1,6 @@
-// F4 with QK-norm coda_linear_rowscale_qk_norm_rope: qkv = rope(qk_norm(diag(rstd) (h w_qkv^T))) and the pre-norm
-// z = diag(rstd) (h w_qkv^T) (the backward's input). CUTLASS-free interface: the epilogue arguments and the
-// dispatch (the compiled kernels: op.cmake). docs/OPS.md.
+// coda_linear_rowscale_qk_norm_rope: qkv = rope(qk_norm(diag(rstd) (h w_qkv^T))) and the pre-norm
+// z = diag(rstd) (h w_qkv^T) (the backward's input). CUTLASS-free interface: the epilogue arguments and the dispatch
+// (the compiled kernels: op.cmake). docs/OPS.md.
 #pragma once
 
 #include "gemm/kernel_api.hpp"

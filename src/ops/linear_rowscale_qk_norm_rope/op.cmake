@@ -1,8 +1,8 @@
-# F4 with QK-norm coda_linear_rowscale_qk_norm_rope: its kernels and tile policy (src/ops/registry.cmake says what
-# this generates). The per-head norm needs a whole 128-column N tile per epilogue visit (64 x 128 subtiles); raster
-# along N, swizzle 8 as F4's pingpong 128x128. Tried and dropped: the same tile on a 1x2 cluster (1.55 / 1.08 / 1.03x
-# cuBLAS at llama3-1B / 8B / 70B where this one ran 1.17 / 1.06 / 1.02, bench/results/vs_quack/f4qk/); 192 x 128 does
-# not fit (192 accumulators and a 64-element subtile spill 428 bytes at the kernel's 168-register cap).
+# coda_linear_rowscale_qk_norm_rope: its kernels and tile policy (src/ops/registry.cmake says what this generates). The
+# per-head norm needs a whole 128-column N tile per epilogue visit (64 x 128 subtiles); raster along N, swizzle 8 as
+# linear_rowscale_rope's pingpong 128x128. Tried and dropped: the same tile on a 1x2 cluster (1.55 / 1.08 / 1.03x cuBLAS
+# at llama3-1B / 8B / 70B where this one ran 1.17 / 1.06 / 1.02, bench/results/vs_quack/f4qk/); 192 x 128 does not fit
+# (192 accumulators and a 64-element subtile spill 428 bytes at the kernel's 168-register cap).
 # pp_128x128x64_c2x1 (64 x 32 subtiles) and pp_192x128x64_c2x1_e16 (64 x 16; at 64 x 32 the 192-row tile spilled
 # 84 bytes) run the prepass program instead: the heads' sums taken over the accumulators before the subtile loop
 # (epilogue.hpp). Both compile to 168 registers, 0 spill; pin only until measured on the GPU.

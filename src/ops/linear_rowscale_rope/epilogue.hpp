@@ -1,4 +1,4 @@
-// F4's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
+// linear_rowscale_rope's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
 //
 //   D = Sm90Compute<RopeRowscale>(acc, ColBroadcast(rstd), ColBroadcast(pos: int32 -> float),
 //                                 RowBroadcast(inv_freq per column))                         ElementC = void

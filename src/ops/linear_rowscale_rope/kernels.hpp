@@ -1,4 +1,4 @@
-// F4 coda_linear_rowscale_rope: qkv = rope(diag(rstd) (h w_qkv^T)) with per-row positions and a per-column
+// coda_linear_rowscale_rope: qkv = rope(diag(rstd) (h w_qkv^T)) with per-row positions and a per-column
 // inv_freq vector (0 on the v columns). CUTLASS-free interface: the epilogue arguments and the dispatch (the
 // compiled kernels: op.cmake). docs/OPS.md.
 #pragma once

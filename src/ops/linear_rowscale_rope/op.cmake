@@ -1,4 +1,4 @@
-# F4 coda_linear_rowscale_rope: its kernels and tile policy (src/ops/registry.cmake says what this generates).
+# coda_linear_rowscale_rope: its kernels and tile policy (src/ops/registry.cmake says what this generates).
 coda_fused_op(linear_rowscale_rope ARGS RopeArgs NAMESPACE rope_kernels LAYOUT fwd
   KERNEL RopeKernel BF16 coop_128x256x64_c2x1 pp_128x128x64_c2x1 FP16 pp_128x128x64_c2x1
     # Pingpong 128x128 (the sin/cos epilogue overlaps the other warpgroup's MMA), raster along N, swizzle 8:

@@ -1,4 +1,4 @@
-// F3's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
+// linear_rowscale_swiglu's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
 //
 //   PairStore<Swiglu, row scale>(acc): z = rstd[m] * acc (fp32), y[m,i] = silu(z[m,2i]) * z[m,2i+1], vector
 //   stores; returns z -> D = R(z)

@@ -1,4 +1,4 @@
-// F3 coda_linear_rowscale_swiglu: z = diag(rstd) (h w_gu^T) [M,2F] and y = silu(z[:,2i]) * z[:,2i+1] [M,F] from
+// coda_linear_rowscale_swiglu: z = diag(rstd) (h w_gu^T) [M,2F] and y = silu(z[:,2i]) * z[:,2i+1] [M,F] from
 // the interleaved gate/up weight. CUTLASS-free interface: the epilogue arguments and the dispatch (the compiled
 // kernels: op.cmake). docs/OPS.md.
 #pragma once

@@ -1,4 +1,4 @@
-# F3 coda_linear_rowscale_swiglu: its kernels and tile policy (src/ops/registry.cmake says what this generates).
+# coda_linear_rowscale_swiglu: its kernels and tile policy (src/ops/registry.cmake says what this generates).
 coda_fused_op(linear_rowscale_swiglu ARGS SwigluArgs NAMESPACE swiglu_kernels LAYOUT fwd
   KERNEL SwigluKernel BF16 coop_128x256x64_c2x1 pp_128x128x64_c2x1 pp_128x192x64_c2x1 FP16 pp_128x128x64_c2x1
     # bf16: pingpong 128x192 (1.5x the 128x128 tile's FLOPs for 1.25x its operand bytes; the SwiGLU epilogue, 1.5x

@@ -1,4 +1,4 @@
-// B3's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
+// linear_swiglu_bwd_zdz's epilogue program (CUTLASS-heavy; included only by the instances generated from op.cmake):
 //   Sm90SwigluBwdPair(acc, C)  -> D = y
 // C is z viewed as [M, F] 32-bit words (ElementC = float as a container of the (g, u) bits; the op sets C = z,
 // ldc = ldz / 2), so the producer warp loads it through TMA during the mainloop. The node writes dz and the zdz
@@ -14,14 +14,15 @@
 
 namespace coda::ops {
 
-namespace b3 {
-/// The node's dz chunk at 64x16 subtiles: a config's `kNarrowChunk` when it names one (e16h: 4, B3's pick), else 2.
+namespace swiglu_bwd {
+/// The node's dz chunk at 64x16 subtiles: a config's `kNarrowChunk` when it names one (e16h: 4, this op's pick),
+/// else 2.
 template <class Config, class = void>
 struct NarrowChunk : std::integral_constant<int, 2> {};
 template <class Config>
 struct NarrowChunk<Config, std::void_t<decltype(Config::kNarrowChunk)>>
     : std::integral_constant<int, Config::kNarrowChunk> {};
-}  // namespace b3
+}  // namespace swiglu_bwd
 
 struct SwigluBwdEpilogue {
   using Args = SwigluBwdArgs;
@@ -31,7 +32,7 @@ struct SwigluBwdEpilogue {
     using ElementD = typename Traits::ElementD;
     using ElementC = float;  // z's (g, u) pairs as 32-bit words, copied bit for bit (float to float)
     using Node = epilogue::Sm90SwigluBwdPair<typename Traits::TileShape, ElementD, 128,
-                                             b3::NarrowChunk<typename Traits::Config>::value>;
+                                             swiglu_bwd::NarrowChunk<typename Traits::Config>::value>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, cutlass::epilogue::fusion::Sm90AccFetch,
                                                       cutlass::epilogue::fusion::Sm90SrcFetch<float>>;
 

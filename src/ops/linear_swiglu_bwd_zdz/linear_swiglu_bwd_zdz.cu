@@ -1,12 +1,17 @@
-// B3 dispatch (host only, no CUTLASS): the fused dgrad GEMM (y as D, dz and the zdz row partials from the node),
-// then the zdz finishing reduce.
+// linear_swiglu_bwd_zdz (host only, no CUTLASS): the C ABI entry point (validation), and the dispatch: the fused
+// dgrad GEMM (y as D, dz and the zdz row partials from the node), then the zdz finishing reduce.
 #include "ops/linear_swiglu_bwd_zdz/instances.hpp"
 
+#include <coda/coda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "api/checks.hpp"
+#include "api/guard.hpp"
 #include "common/error.hpp"
 #include "kernels/kernels.hpp"
 #include "ops/op_config.hpp"
-
-#include <cstdint>
 
 namespace coda::ops {
 
@@ -52,3 +57,50 @@ void linear_swiglu_bwd_zdz(int64_t M, int64_t F, int64_t d, void const* dx, int6
 }
 
 }  // namespace coda::ops
+
+// The C ABI entry point (coda.h): every argument validated, then the dispatch above.
+namespace api = coda::api;
+using coda::api::Arg;
+using coda::api::guarded;
+using coda::api::row_stride;
+using coda::detail::fail;
+
+extern "C" {
+
+CODA_API size_t coda_linear_swiglu_bwd_zdz_workspace_size(int64_t M, int64_t N) {
+  return api::row_partials_bytes(M, N);
+}
+
+CODA_API coda_status coda_linear_swiglu_bwd_zdz(const coda_tensor* dx, const coda_tensor* w_down,
+                                                const coda_tensor* z, coda_tensor* dz_out, coda_tensor* y_out,
+                                                coda_tensor* zdz_out, void* workspace, size_t workspace_bytes,
+                                                void* stream) {
+  return guarded("coda_linear_swiglu_bwd_zdz", [&] {
+    Arg const DX{dx, "dx"}, W{w_down, "w_down"}, Z{z, "z"}, DZ{dz_out, "dz_out"}, Y{y_out, "y_out"};
+    Arg const ZD{zdz_out, "zdz_out"};
+    api::LinearShape const s = api::check_dgrad(DX, W);  // N = F
+    if (s.N % 8 != 0) {
+      fail(CODA_ERROR_SHAPE, "w_down: sizes[1] (F) must be a multiple of 8 (16-byte rows of y), got ", s.N);
+    }
+    api::check_activation(Z, DX, s.M, 2 * s.N, "M", "2F = 2 * w_down.sizes[1]");
+    api::check_activation(DZ, DX, s.M, 2 * s.N, "M", "2F");
+    api::check_activation(Y, DX, s.M, s.N, "M", "F = w_down.sizes[1]");
+    api::check_vector(ZD, s.M, {CODA_FP32}, "M", "dx.sizes[0]");
+    api::require_same_or_disjoint(DZ, Z);  // dz may overwrite the saved z in place
+    api::check_disjoint({DZ}, {DX, W});
+    api::check_disjoint({Y, ZD}, {DX, W, Z, DZ});
+    api::require_workspace("coda_linear_swiglu_bwd_zdz", workspace, workspace_bytes,
+                           coda_linear_swiglu_bwd_zdz_workspace_size(s.M, s.N));
+    int const device = api::require_same_device({DX, W, Z, DZ, Y, ZD});
+    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
+    api::require_kernel_device(device, {DX, W, Z, DZ, Y, ZD});
+    if (s.M == 0) return;  // nothing to compute (zdz, dz and y are empty)
+    coda::ops::linear_swiglu_bwd_zdz(s.M, s.N, s.K, dx->data, row_stride(DX, s.K), w_down->data, row_stride(W, s.N),
+                                     z->data, row_stride(Z, 2 * s.N), dz_out->data, row_stride(DZ, 2 * s.N),
+                                     y_out->data, row_stride(Y, s.N), static_cast<float*>(zdz_out->data),
+                                     DX.dtype() == CODA_FP16, workspace, workspace_bytes,
+                                     static_cast<cudaStream_t>(stream));
+  });
+}
+
+}  // extern "C"

@@ -1,4 +1,4 @@
-# B3 coda_linear_swiglu_bwd_zdz: its kernels and tile policy (src/ops/registry.cmake says what this generates).
+# coda_linear_swiglu_bwd_zdz: its kernels and tile policy (src/ops/registry.cmake says what this generates).
 coda_fused_op(linear_swiglu_bwd_zdz ARGS SwigluBwdArgs NAMESPACE swiglu_bwd_kernels LAYOUT dgrad
   KERNEL SwigluBwdKernel BF16 pp_128x128x64_c2x1 pp_128x192x64_c2x1_e16 pp_128x192x64_c2x1_e16h
     FP16 pp_128x128x64_c2x1
