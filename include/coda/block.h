@@ -7,7 +7,10 @@
  *             z1 = rstd1 (h1 W_gu^T);  y1 = silu(z1 even) z1 odd         (coda_linear_rowscale_swiglu)
  *             x2 = y1 W_down^T + x1;  rstd2, h2 = x2 gamma2              (coda_linear_residual_rmsnorm)
  *             qkv = RoPE(rstd2 (h2 W_qkv^T))                             (coda_linear_rowscale_rope)
- *   backward: coda_rope_bwd_zdz -> coda_linear_residual_rmsnorm_bwd with W_qkv (dx2) -> dW_qkv ->
+ *             with QK-norm (config.qk_eps > 0, Qwen3): qkv = RoPE(qk_norm(z)), z = rstd2 (h2 W_qkv^T) saved
+ *                                                                        (coda_linear_rowscale_qk_norm_rope)
+ *   backward: coda_rope_bwd_zdz (with QK-norm: coda_qk_norm_rope_bwd_zdz, also the q/k gamma gradients) ->
+ *             coda_linear_residual_rmsnorm_bwd with W_qkv (dx2) -> dW_qkv ->
  *             coda_linear_swiglu_bwd_zdz with W_down (dz1, y1) -> dW_down -> coda_linear_residual_rmsnorm_bwd with
  *             W_gu (dx1 = dx0) -> dW_gu -> dy0 = dx1 W_o -> dW_o: 3 fused dgrad GEMMs, 5 plain GEMMs, one
  *             elementwise kernel, 2 tiny reduces.
@@ -27,7 +30,11 @@
  * the sizes of earlier versions, giving the fields such a caller lacks their documented defaults; a size it does
  * not know (0: not set; larger: a newer header than the library) is CODA_ERROR_INVALID_ARGUMENT naming the field.
  * Set it with the CODA_BLOCK_*_INIT initialisers in C, e.g. `coda_block_weights w = CODA_BLOCK_WEIGHTS_INIT;` (the
- * other fields zero), or coda::block_struct<T>() in C++ (block.hpp), then fill the rest. This header is version 1: the sizes below.
+ * other fields zero), or coda::block_struct<T>() in C++ (block.hpp), then fill the rest.
+ * This header is version 2, which appended the QK-norm fields (config.qk_eps, weights.q_gamma / k_gamma,
+ * grads.q_gamma / k_gamma, saved.z). Version 1's sizes (each struct up to, not including, its first version-2 field:
+ * 40 bytes for the config, 536 for the others on LP64) are accepted: their QK-norm is off. A tensor field a caller
+ * does not use stays unset (zero, data NULL); a set one that the configuration does not use is refused.
  */
 #ifndef CODA_BLOCK_H_
 #define CODA_BLOCK_H_
@@ -47,6 +54,10 @@ typedef struct coda_block_config {
   int32_t n_kv_heads;        /**< hkv (divides hq: GQA; equal: MHA) */
   int32_t head_dim;          /**< hd: 64 or 128 */
   float eps;                 /**< RMSNorm epsilon of both norms (> 0) */
+  /* version 2 */
+  float qk_eps; /**< 0 (default): no QK-norm. > 0: layer i+1's attention normalises each q and k head (Qwen3's
+                     q_norm / k_norm, this epsilon; MATH.md linear_rowscale_qk_norm_rope): weights.q_gamma/k_gamma,
+                     grads.q_gamma/k_gamma and saved.z are then required. Finite, >= 0. */
 } coda_block_config;
 
 /** The block's weights (nn.Linear [out, in] layout). */
@@ -58,12 +69,18 @@ typedef struct coda_block_weights {
   coda_tensor w_down; /**< [d, F] down-projection of layer i */
   coda_tensor gamma2; /**< [d] input (attention) norm of layer i+1 */
   coda_tensor w_qkv;  /**< [(hq + 2 hkv) hd, d] q/k/v of layer i+1, q/k rows RoPE-paired */
+  /* version 2 */
+  coda_tensor q_gamma; /**< with QK-norm: [hd] fp32 q_norm weight of layer i+1 in the paired column layout
+                            (coda_pair_rope_rows of the [hd, 1] weight), 8-byte aligned; else unset */
+  coda_tensor k_gamma; /**< with QK-norm: [hd] fp32 k_norm weight, as q_gamma; else unset */
 } coda_block_weights;
 
-/** Gradients of the weights: same shapes; w_* fp32 or the weights' dtype, gamma* fp32. Overwritten. */
+/** Gradients of the weights: same shapes; w_* fp32 or the weights' dtype, gamma* and q/k_gamma fp32. Overwritten. */
 typedef struct coda_block_grads {
   size_t struct_size; /**< sizeof(coda_block_grads): CODA_BLOCK_GRADS_INIT */
   coda_tensor w_o, gamma1, w_gu, w_down, gamma2, w_qkv;
+  /* version 2 */
+  coda_tensor q_gamma, k_gamma; /**< with QK-norm: [hd] fp32 each; else unset */
 } coda_block_grads;
 
 /**
@@ -78,6 +95,9 @@ typedef struct coda_block_saved {
   coda_tensor x2;    /**< [M, d] residual stream after layer i's MLP */
   coda_tensor rstd2; /**< [M] fp32 */
   coda_tensor qkv;   /**< [M, (hq + 2 hkv) hd] rotated q/k/v of layer i+1 */
+  /* version 2 */
+  coda_tensor z; /**< with QK-norm: [M, (hq + 2 hkv) hd] the q/k/v projection before the per-head norm and RoPE (read
+                      by the backward); else unset */
 } coda_block_saved;
 
 /** Initialisers (C99 designated, so -Wmissing-field-initializers stays quiet): struct_size set, every other field

@@ -44,6 +44,10 @@ CODA_API const char* coda_last_error(void);
 CODA_API const char* coda_status_string(coda_status status);
 /** Library version as major*10000 + minor*100 + patch. */
 CODA_API int coda_version(void);
+/** The text of coda.h and block.h as this library was built with them (static storage, never NULL): for bindings
+    that declare the C functions from it when they load the library (python/coda/_C.py) and so cannot drift from the
+    ABI. */
+CODA_API const char* coda_abi_declarations(void);
 /** Size in bytes of one element of `dtype` (0 for an unknown value). */
 CODA_API size_t coda_dtype_size(coda_dtype dtype);
 /** The mainloop configs a fused op compiles for `dtype` (CODA_BF16 or CODA_FP16), comma-separated, e.g.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -83,6 +84,7 @@ class BlockConfig(_Versioned):
         ("n_kv_heads", ctypes.c_int32),
         ("head_dim", ctypes.c_int32),
         ("eps", ctypes.c_float),
+        ("qk_eps", ctypes.c_float),  # version 2: > 0 with a QK-norm
     ]
 
 
@@ -96,59 +98,67 @@ assert _TENSOR.size == ctypes.sizeof(Tensor) and [getattr(Tensor, f).offset for 
     0, 8, 12, 16, 48, 80], "coda_tensor's ctypes layout changed: update _TENSOR"
 
 
-def _six(*names):
+def _tensor_fields(*names):
     return [("struct_size", ctypes.c_size_t)] + [(n, Tensor) for n in names]
 
 
+# block.h version 2: the QK-norm fields last (unset: all zero).
 class BlockWeights(_Versioned):
-    _fields_ = _six("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv")
+    _fields_ = _tensor_fields("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv", "q_gamma", "k_gamma")
 
 
 class BlockGrads(_Versioned):
-    _fields_ = _six("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv")
+    _fields_ = _tensor_fields("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv", "q_gamma", "k_gamma")
 
 
 class BlockSaved(_Versioned):
-    _fields_ = _six("x1", "rstd1", "z1", "x2", "rstd2", "qkv")
+    _fields_ = _tensor_fields("x1", "rstd1", "z1", "x2", "rstd2", "qkv", "z")
 
 
 _T = ctypes.POINTER(Tensor)
-_P = ctypes.c_void_p
-_F = ctypes.c_float
-_I32 = ctypes.c_int32
-_I64 = ctypes.c_int64
-_SZ = ctypes.c_size_t
-_OPT = ctypes.POINTER(CeOptions)
 
-# name: (argtypes of the op, argtypes of its _workspace_size or None)
-_SIGNATURES = {
-    "linear_residual_rmsnorm": ([_T, _T, _T, _T, _F, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
-    "rmsnorm_prepare": ([_T, _T, _F, _T, _T, _P], None),
-    "linear_rowscale": ([_T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
-    "linear_rowscale_swiglu": ([_T, _T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
-    "linear_rowscale_rope": ([_T, _T, _T, _T, _T, _I32, _I32, _I32, _T, _P, _SZ, _P], [_I64, _I64]),
-    "linear_rowscale_qk_norm_rope": ([_T, _T, _T, _T, _T, _T, _T, _I32, _I32, _I32, _F, _T, _T, _P], None),
-    "cross_entropy": ([_T, _T, _OPT, _T, _I64, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
-    "linear_cross_entropy": ([_T, _T, _T, _T, _OPT, _I64, _T, _T, _P, _SZ, _P], [_I64, _I64, _I64]),
-    "linear_cross_entropy_bwd": ([_T, _T, _T, _T, _T, _T, _OPT, _T, _I64, _T, _T, _T, _T, _T, _P, _SZ, _P],
-                                 [_I64, _I64, _I64, _I64]),
-    "rope_bwd_zdz": ([_T, _T, _T, _T, _I32, _I32, _I32, _I64, _T, _T, _P], None),
-    "qk_norm_rope_bwd_zdz": ([_T, _T, _T, _T, _T, _T, _I32, _I32, _I32, _F, _I64, _T, _T, _T, _T, _P, _SZ, _P],
-                             [_I64, _I64]),
-    "scale_cast": ([_T, _T, _T, _P], None),
-    "linear_residual_rmsnorm_bwd": ([_T, _T, _T, _T, _T, _T, _T, _F, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
-    "linear_swiglu_bwd_zdz": ([_T, _T, _T, _T, _T, _T, _P, _SZ, _P], [_I64, _I64]),
-    "gemm": ([_T, _T, _T, _F, ctypes.c_int, _P, _SZ, _P], [_I64, _I64, _I64]),
-    "interleave_gate_up": ([_T, _T, _P], None),
-    "deinterleave_gate_up": ([_T, _T, _P], None),
-    "pair_rope_rows": ([_T, _I32, _T, _P], None),
-    "unpair_rope_rows": ([_T, _I32, _T, _P], None),
-    "block_forward": ([ctypes.POINTER(BlockConfig), ctypes.POINTER(BlockWeights), _T, _T, _T, _T,
-                       ctypes.POINTER(BlockSaved), _P, _SZ, _P], [ctypes.POINTER(BlockConfig), _I64]),
-    "block_backward": ([ctypes.POINTER(BlockConfig), ctypes.POINTER(BlockWeights), _T, _T, _T,
-                        ctypes.POINTER(BlockSaved), _T, _T, _T, _T, ctypes.POINTER(BlockGrads), _P, _SZ, _P],
-                       [ctypes.POINTER(BlockConfig), _I64]),
+# The C types of the ABI's parameters and results (const and spaces removed) and the ctypes type each is declared
+# with. A header change that brings a new type fails at load, naming the function (tests/python/test_abi_signatures.py
+# checks the headers without a library).
+CTYPES = {
+    "void": None, "coda_status": ctypes.c_int, "int": ctypes.c_int, "coda_dtype": ctypes.c_int,
+    "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64, "size_t": ctypes.c_size_t, "float": ctypes.c_float,
+    "constchar*": ctypes.c_char_p, "void*": ctypes.c_void_p, "constvoid*": ctypes.c_void_p,
+    "int*": ctypes.POINTER(ctypes.c_int),
+    "coda_tensor*": _T, "constcoda_tensor*": _T,
+    "coda_ce_options": CeOptions, "constcoda_ce_options*": ctypes.POINTER(CeOptions),
+    "constcoda_block_config*": ctypes.POINTER(BlockConfig), "constcoda_block_weights*": ctypes.POINTER(BlockWeights),
+    "constcoda_block_saved*": ctypes.POINTER(BlockSaved), "coda_block_saved*": ctypes.POINTER(BlockSaved),
+    "coda_block_grads*": ctypes.POINTER(BlockGrads),
 }
+
+
+def declarations(text: str) -> dict:
+    """{name: (result type, [parameter types])} of every CODA_API function in C header text, each type without its
+    parameter name, const and spaces removed ("constcoda_tensor*"), in CTYPES's spelling."""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    out = {}
+    for result, name, params in re.findall(r"CODA_API\s+([\w\s*]+?)\s*\b(coda_\w+)\s*\(([^)]*)\)\s*;", text):
+        types = []
+        for param in params.split(","):
+            param = " ".join(param.split())
+            if param in ("", "void"):
+                continue
+            if not param.endswith("*"):
+                param = re.sub(r"\s*\b\w+$", "", param)  # the parameter's name
+            types.append(param.replace(" ", ""))
+        out[name] = ("".join(result.split()), types)
+    return out
+
+
+def _ctype(function: str, c_type: str, what: str):
+    try:
+        return CTYPES[c_type]
+    except KeyError:
+        raise RuntimeError(f"coda: {function}: {what} has the C type {c_type!r}, which coda/_C.py's CTYPES does not "
+                           "map") from None
+
 
 _lib = None
 _load_error = None
@@ -182,6 +192,9 @@ def library():
         except OSError as e:
             tried.append(f"{path} ({e})")
             continue
+        if not hasattr(lib, "coda_abi_declarations"):
+            tried.append(f"{path} (built from an older checkout without coda_abi_declarations: rebuild it)")
+            continue
         _declare(lib)
         _lib = lib
         return lib
@@ -200,29 +213,14 @@ def available() -> bool:
 
 
 def _declare(lib):
-    lib.coda_last_error.restype = ctypes.c_char_p
-    lib.coda_last_error.argtypes = []
-    lib.coda_status_string.restype = ctypes.c_char_p
-    lib.coda_status_string.argtypes = [ctypes.c_int]
-    lib.coda_version.restype = ctypes.c_int
-    lib.coda_version.argtypes = []
-    lib.coda_fused_op_configs.restype = ctypes.c_char_p
-    lib.coda_fused_op_configs.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    lib.coda_fused_op_choice.restype = ctypes.c_char_p
-    lib.coda_fused_op_choice.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
-    lib.coda_device_supported.restype = ctypes.c_int
-    lib.coda_device_supported.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
-                                          ctypes.POINTER(ctypes.c_int)]
-    lib.coda_ce_options_default.restype = CeOptions
-    lib.coda_ce_options_default.argtypes = []
-    for name, (args, ws_args) in _SIGNATURES.items():
-        fn = getattr(lib, "coda_" + name)
-        fn.restype = ctypes.c_int
-        fn.argtypes = args
-        if ws_args is not None:
-            ws = getattr(lib, f"coda_{name}_workspace_size")
-            ws.restype = ctypes.c_size_t
-            ws.argtypes = ws_args
+    """Declares every C function of the library (result and parameter types, so that ctypes checks the argument count
+    and converts each argument) from the header text the library was built with (coda_abi_declarations)."""
+    lib.coda_abi_declarations.restype = ctypes.c_char_p
+    lib.coda_abi_declarations.argtypes = []
+    for name, (result, params) in declarations(lib.coda_abi_declarations().decode()).items():
+        fn = getattr(lib, name)
+        fn.restype = _ctype(name, result, "the result")
+        fn.argtypes = [_ctype(name, p, f"parameter {i}") for i, p in enumerate(params)]
 
 
 def call(name: str, *args) -> None:
@@ -272,12 +270,16 @@ def desc(t: torch.Tensor | None):
     return ctypes.byref(Tensor.from_buffer_copy(_packed(t)))
 
 
-def tensors(cls, *ts: torch.Tensor):
+_UNSET = bytes(ctypes.sizeof(Tensor))  # a coda_tensor field left unset (block.h: zero)
+
+
+def tensors(cls, *ts: torch.Tensor | None):
     """One of the block structs (BlockWeights, BlockGrads, BlockSaved: struct_size, then coda_tensor fields), filled
-    from ts in field order."""
+    from ts in field order; None leaves a field unset (a QK-norm field without QK-norm)."""
     if len(ts) != len(cls._fields_) - 1:
         raise TypeError(f"coda: {cls.__name__} takes {len(cls._fields_) - 1} tensors, got {len(ts)}")
-    return cls.from_buffer_copy(_SIZE.pack(ctypes.sizeof(cls)) + b"".join(_packed(t) for t in ts))
+    return cls.from_buffer_copy(_SIZE.pack(ctypes.sizeof(cls)) +
+                                b"".join(_UNSET if t is None else _packed(t) for t in ts))
 
 
 def ce_options(ignore_index: int, reduction: str, label_smoothing: float, z_loss: float, softcap: float):

@@ -214,21 +214,24 @@ def linear_swiglu_bwd_zdz(dx, w_down, z, in_place=False):
     return dz, y, zdz
 
 
-def _block_config(d, F, hq, hkv, hd, eps):
+def _block_config(d, F, hq, hkv, hd, eps, qk_eps=0.0):
     c = _C.BlockConfig()
     c.hidden_size, c.intermediate_size = d, F
-    c.n_q_heads, c.n_kv_heads, c.head_dim, c.eps = hq, hkv, hd, eps
+    c.n_q_heads, c.n_kv_heads, c.head_dim, c.eps, c.qk_eps = hq, hkv, hd, eps, qk_eps
     return c
 
 
-def _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv):
-    return _C.tensors(_C.BlockWeights, w_o, gamma1, w_gu, w_down, gamma2, w_qkv)
+def _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma=None, k_gamma=None):
+    if q_gamma is not None:
+        q_gamma, k_gamma = _float_pairs(q_gamma), _float_pairs(k_gamma)
+    return _C.tensors(_C.BlockWeights, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma, k_gamma)
 
 
 def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,
-                  head_dim, eps):
+                  head_dim, eps, q_gamma=None, k_gamma=None, qk_eps=0.0):
     """The CODA block forward (linear_residual_rmsnorm, linear_rowscale_swiglu, linear_residual_rmsnorm,
-    linear_rowscale_rope). -> (x1, rstd1, z1, x2, rstd2, qkv): the saved tensors."""
+    linear_rowscale_rope; with q_gamma / k_gamma linear_rowscale_qk_norm_rope). -> (x1, rstd1, z1, x2, rstd2, qkv,
+    z): the saved tensors; z (the pre-norm q/k/v projection) None without the QK-norm."""
     M, d = x0.shape
     F = w_down.shape[1]
     dev, dt = x0.device, x0.dtype
@@ -237,32 +240,37 @@ def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, i
     z1 = torch.empty((M, 2 * F), dtype=dt, device=dev)
     x2 = torch.empty_like(x1)
     qkv = torch.empty((M, w_qkv.shape[0]), dtype=dt, device=dev)
+    z = torch.empty_like(qkv) if q_gamma is not None else None
     rstd1, rstd2 = _f32((M,), x0), _f32((M,), x0)
-    cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps)
-    saved = _C.tensors(_C.BlockSaved, x1, rstd1, z1, x2, rstd2, qkv)
+    cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps, qk_eps if q_gamma is not None else 0.0)
+    saved = _C.tensors(_C.BlockSaved, x1, rstd1, z1, x2, rstd2, qkv, z)
     ws = _C.workspace(_C.library().coda_block_forward_workspace_size(cfg, M), dev)
-    _C.call("block_forward", cfg, _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv), _d(y0), _d(x0),
-            _d(positions), _d(inv_freq), saved, ws.data_ptr(), ws.numel(), _C.stream(dev))
-    return x1, rstd1, z1, x2, rstd2, qkv
+    _C.call("block_forward", cfg, _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma, k_gamma),
+            _d(y0), _d(x0), _d(positions), _d(inv_freq), saved, ws.data_ptr(), ws.numel(), _C.stream(dev))
+    return x1, rstd1, z1, x2, rstd2, qkv, z
 
 
 def block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1, z1, x2, rstd2,
-                   qkv, dqkv, dx2, n_q_heads, n_kv_heads, head_dim, eps):
+                   qkv, dqkv, dx2, n_q_heads, n_kv_heads, head_dim, eps, z=None, q_gamma=None, k_gamma=None,
+                   qk_eps=0.0):
     """The CODA block backward. z1 and dqkv are overwritten. -> (dy0, dx0, dw_o, dgamma1, dw_gu, dw_down, dgamma2,
-    dw_qkv); weight gradients in the weights' dtype, dgamma fp32."""
+    dw_qkv, dq_gamma, dk_gamma); weight gradients in the weights' dtype, the gamma gradients fp32; dq_gamma and
+    dk_gamma None without the QK-norm (z, q_gamma, k_gamma as the forward had them)."""
     M, d = x1.shape
     F = w_down.shape[1]
     dev, dt = x1.device, x1.dtype
+    qk = q_gamma is not None
     positions, inv_freq = _dense(positions), _dense(inv_freq)
     dy0 = torch.empty_like(y0, memory_format=torch.contiguous_format)
     dx0 = torch.empty((M, d), dtype=dt, device=dev)
     dws = [torch.empty(w.shape, dtype=w.dtype, device=dev) for w in (w_o, w_gu, w_down, w_qkv)]
     dg1, dg2 = _f32((d,), x1), _f32((d,), x1)
-    grads = _C.tensors(_C.BlockGrads, dws[0], dg1, dws[1], dws[2], dg2, dws[3])
-    cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps)
-    saved = _C.tensors(_C.BlockSaved, x1, rstd1, z1, x2, rstd2, qkv)
+    dgq, dgk = (_f32((head_dim,), x1), _f32((head_dim,), x1)) if qk else (None, None)
+    grads = _C.tensors(_C.BlockGrads, dws[0], dg1, dws[1], dws[2], dg2, dws[3], dgq, dgk)
+    cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps, qk_eps if qk else 0.0)
+    saved = _C.tensors(_C.BlockSaved, x1, rstd1, z1, x2, rstd2, qkv, z if qk else None)
     ws = _C.workspace(_C.library().coda_block_backward_workspace_size(cfg, M), dev)
-    _C.call("block_backward", cfg, _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv), _d(y0),
-            _d(positions), _d(inv_freq), saved, _d(dqkv), _d(dx2), _d(dy0), _d(dx0), grads, ws.data_ptr(),
+    _C.call("block_backward", cfg, _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma, k_gamma),
+            _d(y0), _d(positions), _d(inv_freq), saved, _d(dqkv), _d(dx2), _d(dy0), _d(dx0), grads, ws.data_ptr(),
             ws.numel(), _C.stream(dev))
-    return dy0, dx0, dws[0], dg1, dws[1], dws[2], dg2, dws[3]
+    return dy0, dx0, dws[0], dg1, dws[1], dws[2], dg2, dws[3], dgq, dgk

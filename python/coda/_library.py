@@ -109,7 +109,7 @@ def _linear_residual_rmsnorm_ctx(ctx, inputs, output):
     _no_grad_outputs(ctx, output[1], output[2])
 
 
-def _linear_residual_rmsnorm_bwd(ctx, dx, dh, drstd):
+def _linear_residual_rmsnorm_grad(ctx, dx, dh, drstd):
     a, w = ctx.saved_tensors
     if dx is None:
         return None, None, None, None, None
@@ -119,7 +119,7 @@ def _linear_residual_rmsnorm_bwd(ctx, dx, dh, drstd):
     return da, dw, dx, None, None
 
 
-_register_autograd(linear_residual_rmsnorm, _linear_residual_rmsnorm_bwd, _linear_residual_rmsnorm_ctx)
+_register_autograd(linear_residual_rmsnorm, _linear_residual_rmsnorm_grad, _linear_residual_rmsnorm_ctx)
 
 
 # ---- linear_residual_rmsnorm_bwd and the ops whose backward it is -----------------------------------------------
@@ -312,48 +312,67 @@ _register_autograd(swiglu_mlp, _mlp_bwd, _mlp_ctx)
 @_custom_op("coda::block_forward", mutates_args=())
 def block_forward(y0: Tensor, x0: Tensor, w_o: Tensor, gamma1: Tensor, w_gu: Tensor, w_down: Tensor, gamma2: Tensor,
                   w_qkv: Tensor, positions: Tensor, inv_freq: Tensor, n_q_heads: int, n_kv_heads: int, head_dim: int,
-                  eps: float, inplace_backward: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return _impl(x0).block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
-                                   n_q_heads, n_kv_heads, head_dim, eps)  # inplace_backward: backward only
+                  eps: float, q_gamma: Optional[Tensor], k_gamma: Optional[Tensor], qk_eps: float,
+                  inplace_backward: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The saved tensors (x1, rstd1, z1, x2, rstd2, qkv, z); z (the pre-norm q/k/v projection, saved for the QK-norm's
+    backward) is empty without q_gamma / k_gamma."""
+    *saved, z = _impl(x0).block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
+                                        n_q_heads, n_kv_heads, head_dim, eps, q_gamma, k_gamma, qk_eps)
+    return (*saved, x0.new_empty(0) if z is None else z)  # inplace_backward: backward only
 
 
 @block_forward.register_fake
 def _(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps,
-      inplace_backward):
+      q_gamma, k_gamma, qk_eps, inplace_backward):
     M, d = x0.shape
     x1 = x0.new_empty((M, d))
-    return (x1, _stat((M,), x0), x0.new_empty((M, w_gu.shape[0])), torch.empty_like(x1), _stat((M,), x0),
-            x0.new_empty((M, w_qkv.shape[0])))
+    qkv = x0.new_empty((M, w_qkv.shape[0]))
+    return (x1, _stat((M,), x0), x0.new_empty((M, w_gu.shape[0])), torch.empty_like(x1), _stat((M,), x0), qkv,
+            torch.empty_like(qkv) if q_gamma is not None else x0.new_empty(0))
 
 
 @_custom_op("coda::block_backward", mutates_args=("z1", "dqkv"))
 def block_backward(y0: Tensor, positions: Tensor, inv_freq: Tensor, w_o: Tensor, gamma1: Tensor, w_gu: Tensor,
                    w_down: Tensor, gamma2: Tensor, w_qkv: Tensor, x1: Tensor, rstd1: Tensor, z1: Tensor, x2: Tensor,
                    rstd2: Tensor, qkv: Tensor, dqkv: Tensor, dx2: Optional[Tensor], n_q_heads: int, n_kv_heads: int,
-                   head_dim: int, eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return _impl(x1).block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1,
-                                    z1, x2, rstd2, qkv, dqkv, dx2, n_q_heads, n_kv_heads, head_dim, eps)
+                   head_dim: int, eps: float, z: Optional[Tensor], q_gamma: Optional[Tensor],
+                   k_gamma: Optional[Tensor], qk_eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+                                                                      Tensor, Tensor, Tensor, Tensor]:
+    """-> (dy0, dx0, dw_o, dgamma1, dw_gu, dw_down, dgamma2, dw_qkv, dq_gamma, dk_gamma); the last two empty without
+    the QK-norm."""
+    *grads, dgq, dgk = _impl(x1).block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1,
+                                                rstd1, z1, x2, rstd2, qkv, dqkv, dx2, n_q_heads, n_kv_heads,
+                                                head_dim, eps, z, q_gamma, k_gamma, qk_eps)
+    if dgq is None:
+        dgq, dgk = _stat((0,), x1), _stat((0,), x1)
+    return (*grads, dgq, dgk)
 
 
 @block_backward.register_fake
 def _(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1, z1, x2, rstd2, qkv, dqkv, dx2,
-      n_q_heads, n_kv_heads, head_dim, eps):
+      n_q_heads, n_kv_heads, head_dim, eps, z, q_gamma, k_gamma, qk_eps):
     d = x1.shape[1]
+    n = head_dim if q_gamma is not None else 0
     return (y0.new_empty(y0.shape), x1.new_empty(x1.shape), w_o.new_empty(w_o.shape), _stat((d,), x1),
-            w_gu.new_empty(w_gu.shape), w_down.new_empty(w_down.shape), _stat((d,), x1), w_qkv.new_empty(w_qkv.shape))
+            w_gu.new_empty(w_gu.shape), w_down.new_empty(w_down.shape), _stat((d,), x1), w_qkv.new_empty(w_qkv.shape),
+            _stat((n,), x1), _stat((n,), x1))
 
 
 def _block_ctx(ctx, inputs, output):
-    y0, _, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps, inplace = inputs
-    x1, rstd1, z1, x2, rstd2, qkv = output
+    (y0, _, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps, q_gamma, k_gamma, qk_eps,
+     inplace) = inputs
+    x1, rstd1, z1, x2, rstd2, qkv, z = output
+    qk = q_gamma is not None
+    # The first 15 are block_backward's leading arguments, in its order; then the QK-norm's (None without it).
     ctx.save_for_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1, z1, x2,
-                          rstd2, qkv)
+                          rstd2, qkv, z if qk else None, q_gamma, k_gamma)
     ctx.config = (hq, hkv, hd, eps)
+    ctx.qk_eps = qk_eps
     ctx.inplace = inplace
-    _no_grad_outputs(ctx, x1, rstd1, z1, rstd2)
+    _no_grad_outputs(ctx, x1, rstd1, z1, rstd2, z)
 
 
-def _block_bwd(ctx, dx1_, drstd1_, dz1_, dx2, drstd2_, dqkv):
+def _block_bwd(ctx, dx1_, drstd1_, dz1_, dx2, drstd2_, dqkv, dz_):
     try:
         saved = ctx.saved_tensors
     except RuntimeError as e:
@@ -362,7 +381,8 @@ def _block_bwd(ctx, dx1_, drstd1_, dz1_, dx2, drstd2_, dqkv):
         raise RuntimeError("coda.ops.block: a second backward through the same block: the first one overwrote the "
                            "saved z1 with dz1 (in-place backward). Pass inplace_backward=False to coda.ops.block to "
                            "keep z1 (retain_graph, gradcheck).") from e
-    qkv = saved[-1]
+    saved, (z, q_gamma, k_gamma) = saved[:15], saved[15:]
+    qkv = saved[14]
     # The kernel overwrites dqkv (it becomes dz of the q/k/v projection) and z1: the incoming gradient is copied
     # (autograd may hold it elsewhere); z1 is this node's own saved tensor, overwritten unless the caller asked to
     # keep it (inplace_backward=False: a second backward through the graph, e.g. gradcheck or retain_graph). When
@@ -371,10 +391,15 @@ def _block_bwd(ctx, dx1_, drstd1_, dz1_, dx2, drstd2_, dqkv):
     if not ctx.inplace:
         saved = saved[:11] + (saved[11].clone(),) + saved[12:]
     dx2 = None if dx2 is None else dx2.contiguous()
-    dy0, dx0, dw_o, dg1, dw_gu, dw_down, dg2, dw_qkv = block_backward(*saved, dqkv, dx2, *ctx.config)
+    dy0, dx0, dw_o, dg1, dw_gu, dw_down, dg2, dw_qkv, dgq, dgk = block_backward(*saved, dqkv, dx2, *ctx.config, z,
+                                                                              q_gamma, k_gamma, ctx.qk_eps)
     gamma1, gamma2 = saved[4], saved[7]
+    if q_gamma is None:
+        dgq = dgk = None
+    else:
+        dgq, dgk = dgq.to(q_gamma.dtype), dgk.to(k_gamma.dtype)
     return (dy0, dx0, dw_o, dg1.to(gamma1.dtype), dw_gu, dw_down, dg2.to(gamma2.dtype), dw_qkv, None, None, None,
-            None, None, None, None)
+            None, None, None, dgq, dgk, None, None)
 
 
 _register_autograd(block_forward, _block_bwd, _block_ctx)

@@ -228,18 +228,28 @@ def linear_swiglu_bwd_zdz(dx, w_down, z, in_place=False):
 
 
 def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,
-                  head_dim, eps):
+                  head_dim, eps, q_gamma=None, k_gamma=None, qk_eps=0.0):
     x1, h1, rstd1 = linear_residual_rmsnorm(y0, w_o, x0, gamma1, eps)
     z1, y1 = linear_rowscale_swiglu(h1, w_gu, rstd1)
     x2, h2, rstd2 = linear_residual_rmsnorm(y1, w_down, x1, gamma2, eps)
+    if q_gamma is not None:
+        qkv, z = linear_rowscale_qk_norm_rope(h2, w_qkv, rstd2, q_gamma, k_gamma, positions, inv_freq, n_q_heads,
+                                              n_kv_heads, head_dim, qk_eps)
+        return x1, rstd1, z1, x2, rstd2, qkv, z
     qkv = linear_rowscale_rope(h2, w_qkv, rstd2, positions, inv_freq, n_q_heads, n_kv_heads, head_dim)
-    return x1, rstd1, z1, x2, rstd2, qkv
+    return x1, rstd1, z1, x2, rstd2, qkv, None
 
 
 def block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, x1, rstd1, z1, x2, rstd2,
-                   qkv, dqkv, dx2, n_q_heads, n_kv_heads, head_dim, eps):
+                   qkv, dqkv, dx2, n_q_heads, n_kv_heads, head_dim, eps, z=None, q_gamma=None, k_gamma=None,
+                   qk_eps=0.0):
     d = x1.shape[1]
-    dz_qkv, zdz2 = rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, d)
+    dgq = dgk = None
+    if q_gamma is not None:
+        dz_qkv, zdz2, dgq, dgk = qk_norm_rope_bwd_zdz(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads,
+                                                       n_kv_heads, head_dim, qk_eps, d)
+    else:
+        dz_qkv, zdz2 = rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, d)
     dqkv.copy_(dz_qkv)  # as the kernel: dqkv becomes dz of the q/k/v projection
     dx2_total, a2, dgamma2 = linear_residual_rmsnorm_bwd(dz_qkv, w_qkv, x2, gamma2, rstd2, zdz2, dx2, 1.0)
     dw_qkv = (_f64(dz_qkv).T @ _f64(a2)).to(w_qkv.dtype)
@@ -249,4 +259,4 @@ def block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w
     dw_gu = (_f64(dz1).T @ _f64(a1)).to(w_gu.dtype)
     dy0 = (_f64(dx1) @ _f64(w_o)).to(y0.dtype)
     dw_o = (_f64(dx1).T @ _f64(y0)).to(w_o.dtype)
-    return dy0, dx1, dw_o, dgamma1, dw_gu, dw_down, dgamma2, dw_qkv
+    return dy0, dx1, dw_o, dgamma1, dw_gu, dw_down, dgamma2, dw_qkv, dgq, dgk

@@ -300,13 +300,17 @@ def swiglu_mlp(x, gamma, w_gu, w_down, eps=1e-6, *, cache=None, next_gamma=None)
 
 @_library_names(block_forward={
     **_same("y0", "x0", "positions", "inv_freq", "eps"),
-    **{f"weights.{n}": n for n in ("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv")},
+    **{f"weights.{n}": n for n in ("w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv", "q_gamma", "k_gamma")},
     "config.hidden_size": "x0.shape[-1]", "config.intermediate_size": "w_down.shape[1]",
-    **{f"config.{n}": n for n in ("n_q_heads", "n_kv_heads", "head_dim", "eps")}})
+    **{f"config.{n}": n for n in ("n_q_heads", "n_kv_heads", "head_dim", "eps", "qk_eps")}})
 def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim,
-          eps=1e-6, *, inplace_backward=True):
+          eps=1e-6, *, q_gamma=None, k_gamma=None, qk_eps=None, inplace_backward=True):
     """One CODA block (MATH.md "One block"; include/coda/block.h): from layer i's attention output to layer i+1's
     q/k/v.  x1 = y0 w_o^T + x0;  x2 = x1 + mlp(rmsnorm(x1; gamma1));  qkv = RoPE(rmsnorm(x2; gamma2) w_qkv^T).
+    With q_gamma and k_gamma (layer i+1's q_norm / k_norm weights, [head_dim] each in the paired layout, as for
+    rmsnorm_qkv_qk_norm_rope; Qwen3): qkv = RoPE(qk_norm(rmsnorm(x2; gamma2) w_qkv^T)) with epsilon qk_eps (default
+    eps), and their gradients flow back; the pre-norm projection z [tokens, (hq + 2 hkv) hd] is saved for the
+    backward instead of being recomputed.
 
     y0 [..., hq hd]; x0 [..., d]; weights as in swiglu_mlp and rmsnorm_qkv_rope (CODA layouts); positions [...];
     inv_freq [hd/2]. Returns (x2 [..., d], qkv [..., (hq + 2 hkv) hd]). Forward: 4 fused GEMMs; backward: 3 fused
@@ -316,16 +320,20 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
     autograd's version check. inplace_backward=False keeps z1 (the backward works on a copy) for such uses.
     """
     tensors = (y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq)
-    key = _signature(tensors, (n_q_heads, n_kv_heads, head_dim, eps))
+    qk = (q_gamma, k_gamma) if q_gamma is not None or k_gamma is not None else ()
+    qk_eps = eps if qk_eps is None else qk_eps
+    key = _signature(tensors + qk, (n_q_heads, n_kv_heads, head_dim, eps, qk_eps if qk else None))
     if key is None or key != _block_checked[0]:
         _block_checks(*tensors, n_q_heads, n_kv_heads, head_dim, eps)
+        if qk:
+            _block_qk_checks(x0, q_gamma, k_gamma, head_dim, qk_eps)
         if key is not None:
             _block_checked[0] = key
     pos = positions.reshape(-1).to(torch.int32)
     inv = inv_freq.to(torch.float32) if x0.is_cuda else inv_freq
-    x1, rstd1, z1, x2, rstd2, qkv = lib.block_forward(_rows(y0), _rows(x0), w_o, gamma1, w_gu, w_down, gamma2,
-                                                      w_qkv, pos, inv, int(n_q_heads), int(n_kv_heads),
-                                                      int(head_dim), float(eps), bool(inplace_backward))
+    x1, rstd1, z1, x2, rstd2, qkv, z = lib.block_forward(
+        _rows(y0), _rows(x0), w_o, gamma1, w_gu, w_down, gamma2, w_qkv, pos, inv, int(n_q_heads), int(n_kv_heads),
+        int(head_dim), float(eps), q_gamma, k_gamma, float(qk_eps) if qk else 0.0, bool(inplace_backward))
     return x2.reshape(x0.shape), qkv.reshape(*x0.shape[:-1], w_qkv.shape[0])
 
 
@@ -370,6 +378,18 @@ def _block_checks(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, i
         raise ValueError(f"coda.{op}: `positions` must have shape {tuple(x0.shape[:-1])}, got "
                          f"{tuple(positions.shape)}")
     check.size(op, "inv_freq", inv_freq, 0, head_dim // 2, "head_dim / 2")
+
+
+def _block_qk_checks(x0, q_gamma, k_gamma, head_dim, qk_eps):
+    op = "block"
+    if q_gamma is None or k_gamma is None:
+        raise ValueError(f"coda.{op}: `q_gamma` and `k_gamma` go together (the QK-norm of q and of k); got only "
+                         f"`{'k_gamma' if q_gamma is None else 'q_gamma'}`")
+    for name, t in (("q_gamma", q_gamma), ("k_gamma", k_gamma)):
+        check.tensor(op, name, t, rank=1, floating=True)
+        check.size(op, name, t, 0, head_dim, "head_dim")
+    check.same_device(op, x0=x0, q_gamma=q_gamma, k_gamma=k_gamma)
+    check.positive(op, "qk_eps", qk_eps)
 
 
 def _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap):

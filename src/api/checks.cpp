@@ -74,6 +74,18 @@ void check_disjoint(std::initializer_list<Arg> outs, std::initializer_list<Arg> 
   }
 }
 
+void check_qk_norm_args(Arg q_gamma, Arg k_gamma, int32_t head_dim, float eps, char const* eps_name) {
+  for (Arg const& g : {q_gamma, k_gamma}) {
+    check_vector(g, head_dim, {CODA_FP32}, "head_dim", "head_dim");
+    if ((reinterpret_cast<uintptr_t>(g.t->data) & 7u) != 0) {
+      fail(CODA_ERROR_MISALIGNED, g.name, ": data must be 8-byte aligned (read as float pairs)");
+    }
+  }
+  if (!(eps > 0.0f) || !std::isfinite(eps)) {
+    fail(CODA_ERROR_INVALID_ARGUMENT, eps_name, ": must be finite and > 0, got ", eps);
+  }
+}
+
 void check_ce_options(coda_ce_options const& o) {
   if (o.reduction != CODA_REDUCTION_NONE && o.reduction != CODA_REDUCTION_MEAN && o.reduction != CODA_REDUCTION_SUM) {
     fail(CODA_ERROR_INVALID_ARGUMENT, "options->reduction: unknown value ", static_cast<int>(o.reduction));

@@ -27,6 +27,9 @@ void check_disjoint(std::initializer_list<Arg> outs, std::initializer_list<Arg> 
 /// (n_q_heads + 2 n_kv_heads) * head_dim.
 int64_t check_rope_args(Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim,
                         int64_t M);
+/// The per-head norm's arguments of linear_rowscale_qk_norm_rope: q_gamma and k_gamma [head_dim] fp32, 8-byte
+/// aligned (read as float pairs); eps (named `eps_name`) finite and > 0.
+void check_qk_norm_args(Arg q_gamma, Arg k_gamma, int32_t head_dim, float eps, char const* eps_name);
 /// Cross-entropy options: a known reduction, label_smoothing in [0, 1], z_loss and softcap finite and >= 0.
 void check_ce_options(coda_ce_options const& o);
 /// The upstream gradient of a cross-entropy loss, when given: [M] fp32 for reduction none (per_row), else a rank-0

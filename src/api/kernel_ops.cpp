@@ -223,29 +223,13 @@ CODA_API coda_status coda_qk_norm_rope_bwd_zdz(const coda_tensor* z, const coda_
     int const device = api::require_same_device({Zi, DQ, GQ, GK, P, F, DZ, ZD, DGQ, DGK});
     api::require_kernel_device(device, {Zi, DQ, GQ, GK, P, F, DZ, ZD, DGQ, DGK});
     if (M == 0) return;
-    coda::kernels::QkNormRopeBwdArgs k;
-    k.dtype = Zi.dtype();
-    k.M = M;
-    k.n_q_heads = n_q_heads;
-    k.n_kv_heads = n_kv_heads;
-    k.head_dim = head_dim;
-    k.z = z->data;
-    k.ld_z = Zi.stride(0);
-    k.dqkv = dqkv->data;
-    k.ld_dqkv = DQ.stride(0);
-    k.q_gamma = static_cast<float const*>(q_gamma->data);
-    k.k_gamma = static_cast<float const*>(k_gamma->data);
-    k.positions = static_cast<int32_t const*>(positions->data);
-    k.inv_freq = static_cast<float const*>(inv_freq->data);
-    k.eps = qk_eps;
-    k.hidden_size = hidden_size;
-    k.dz = dz_out->data;
-    k.ld_dz = DZ.stride(0);
-    k.zdz = static_cast<float*>(zdz_out->data);
-    k.dq_gamma = static_cast<float*>(dq_gamma_out->data);
-    k.dk_gamma = static_cast<float*>(dk_gamma_out->data);
-    k.workspace = workspace;
-    coda::kernels::qk_norm_rope_bwd_zdz(k, static_cast<cudaStream_t>(stream));
+    coda::kernels::qk_norm_rope_bwd_zdz(
+        coda::kernels::qk_norm_rope_bwd_args(*z, *dqkv, *q_gamma, *k_gamma, *positions, *inv_freq, n_q_heads,
+                                             n_kv_heads, head_dim, qk_eps, hidden_size, *dz_out,
+                                             static_cast<float*>(zdz_out->data),
+                                             static_cast<float*>(dq_gamma_out->data),
+                                             static_cast<float*>(dk_gamma_out->data), workspace),
+        static_cast<cudaStream_t>(stream));
   });
 }
 

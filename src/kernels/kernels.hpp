@@ -223,6 +223,37 @@ struct QkNormRopeBwdArgs {
   void* workspace = nullptr;     ///< qk_norm_rope_bwd_workspace_bytes(M, head_dim) fp32 partials
 };
 
+/// The arguments from validated tensors (the C entry point and the block build them the same way).
+inline QkNormRopeBwdArgs qk_norm_rope_bwd_args(coda_tensor const& z, coda_tensor const& dqkv,
+                                               coda_tensor const& q_gamma, coda_tensor const& k_gamma,
+                                               coda_tensor const& positions, coda_tensor const& inv_freq,
+                                               int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, float eps,
+                                               int64_t hidden_size, coda_tensor const& dz, float* zdz,
+                                               float* dq_gamma, float* dk_gamma, void* workspace) {
+  QkNormRopeBwdArgs k;
+  k.dtype = z.dtype;
+  k.M = z.sizes[0];
+  k.n_q_heads = n_q_heads;
+  k.n_kv_heads = n_kv_heads;
+  k.head_dim = head_dim;
+  k.z = z.data;
+  k.ld_z = z.strides[0];
+  k.dqkv = dqkv.data;
+  k.ld_dqkv = dqkv.strides[0];
+  k.q_gamma = static_cast<float const*>(q_gamma.data);
+  k.k_gamma = static_cast<float const*>(k_gamma.data);
+  k.positions = static_cast<int32_t const*>(positions.data);
+  k.inv_freq = static_cast<float const*>(inv_freq.data);
+  k.eps = eps;
+  k.hidden_size = hidden_size;
+  k.dz = dz.data;
+  k.ld_dz = dz.strides[0];
+  k.zdz = zdz;
+  k.dq_gamma = dq_gamma;
+  k.dk_gamma = dk_gamma;
+  k.workspace = workspace;
+  return k;
+}
 /// qk_norm_rope_bwd_zdz (coda_qk_norm_rope_bwd_zdz): dz of the per-head norm and RoPE from the pre-norm z, zdz for the
 /// input norm's linear_residual_rmsnorm_bwd, and the q/k gamma gradients (per-block partials in the workspace, then
 /// column_sum).

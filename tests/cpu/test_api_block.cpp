@@ -5,6 +5,8 @@
 #include <coda/coda.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
+
 #include "cpu/tensor_pool.hpp"
 
 extern "C" int coda_c_block_init_check(void);  // tests/cpu/c_header_check.c
@@ -20,16 +22,29 @@ constexpr int64_t kQo = kHq * kHd, kW = (kHq + 2 * kHkv) * kHd;
 struct Block {
   TensorPool pool;
   coda_dtype dt = CODA_BF16;
-  coda_block_config config{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f};
+  coda_block_config config{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f, 0.0f};
   coda_block_weights w{sizeof(coda_block_weights),  pool.make(dt, {kD, kQo}),     pool.make(dt, {kD}),
                        pool.make(dt, {2 * kF, kD}),  pool.make(dt, {kD, kF}),      pool.make(dt, {kD}),
-                       pool.make(dt, {kW, kD})};
+                       pool.make(dt, {kW, kD}),      coda_tensor{},                coda_tensor{}};
   coda_block_grads g{sizeof(coda_block_grads),       pool.make(CODA_FP32, {kD, kQo}), pool.make(CODA_FP32, {kD}),
                      pool.make(CODA_FP32, {2 * kF, kD}), pool.make(CODA_FP32, {kD, kF}),
-                     pool.make(CODA_FP32, {kD}),       pool.make(dt, {kW, kD})};
+                     pool.make(CODA_FP32, {kD}),       pool.make(dt, {kW, kD}),      coda_tensor{},
+                     coda_tensor{}};
   coda_block_saved saved{sizeof(coda_block_saved), pool.make(dt, {kM, kD}), pool.make(CODA_FP32, {kM}),
                          pool.make(dt, {kM, 2 * kF}), pool.make(dt, {kM, kD}), pool.make(CODA_FP32, {kM}),
-                         pool.make(dt, {kM, kW})};
+                         pool.make(dt, {kM, kW}),     coda_tensor{}};
+
+  /// Layer i+1 with a QK-norm (Qwen3): config.qk_eps and the version-2 tensors set.
+  void enable_qk_norm() {
+    config.qk_eps = 1e-6f;
+    w.q_gamma = pool.make(CODA_FP32, {kHd}), w.k_gamma = pool.make(CODA_FP32, {kHd});
+    g.q_gamma = pool.make(CODA_FP32, {kHd}), g.k_gamma = pool.make(CODA_FP32, {kHd});
+    saved.z = pool.make(dt, {kM, kW});
+    fwd_bytes = coda_block_forward_workspace_size(&config, kM);
+    bwd_bytes = coda_block_backward_workspace_size(&config, kM);
+    fwd_ws = pool.bytes(fwd_bytes);
+    bwd_ws = pool.bytes(bwd_bytes);
+  }
   coda_tensor y0 = pool.make(dt, {kM, kQo}), x0 = pool.make(dt, {kM, kD});
   coda_tensor pos = pool.make(CODA_INT32, {kM}), freq = pool.make(CODA_FP32, {kHd / 2});
   coda_tensor dqkv = pool.make(dt, {kM, kW}), dx2 = pool.make(dt, {kM, kD});
@@ -61,7 +76,7 @@ TEST(BlockApi, ValidArgumentsReachTheDevice) {
 }
 
 TEST(BlockApi, WorkspaceSizes) {
-  coda_block_config const c{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f};
+  coda_block_config const c{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f, 0.0f};
   // Forward: h [M,d] and y1 [M,F] bf16 at least; backward adds the two zdz vectors.
   EXPECT_GE(coda_block_forward_workspace_size(&c, kM), static_cast<size_t>(kM * (kD + kF) * 2));
   EXPECT_GE(coda_block_backward_workspace_size(&c, kM), static_cast<size_t>(kM * (kD + kF) * 2 + 2 * kM * 4));
@@ -116,6 +131,62 @@ TEST(BlockApi, StructSizeRules) {
   auto const c = coda::block_struct<coda::BlockConfig>();
   EXPECT_EQ(c.struct_size, sizeof(coda_block_config));
   EXPECT_EQ(c.hidden_size, 0);
+}
+
+// Version 1's sizes (before the QK-norm fields) are read with those fields at their defaults: no QK-norm.
+TEST(BlockApi, Version1StructsAreAccepted) {
+  Block b;
+  auto& pool = b.pool;
+  size_t const v2_fwd = b.fwd_bytes, v2_bwd = b.bwd_bytes;
+  b.config.struct_size = offsetof(coda_block_config, qk_eps);
+  b.w.struct_size = offsetof(coda_block_weights, q_gamma);
+  b.g.struct_size = offsetof(coda_block_grads, q_gamma);
+  b.saved.struct_size = offsetof(coda_block_saved, z);
+  EXPECT_EQ(b.config.struct_size, 40u);  // LP64: what a version-1 caller's sizeof gave
+  EXPECT_EQ(b.w.struct_size, 8 + 6 * sizeof(coda_tensor));
+  EXPECT_EQ(coda_block_forward_workspace_size(&b.config, kM), v2_fwd);
+  EXPECT_EQ(coda_block_backward_workspace_size(&b.config, kM), v2_bwd);
+  b.config.qk_eps = 1.0f;  // beyond a version-1 struct: never read
+  b.w.q_gamma = pool.make(CODA_FP32, {kHd});
+  EXPECT_DEVICE_STAGE(b.forward(), "y0:");
+  EXPECT_DEVICE_STAGE(b.backward(&b.dx2), "y0:");
+}
+
+TEST(BlockApi, QkNormRules) {
+  Block b;
+  auto& pool = b.pool;
+  size_t const plain_bwd = b.bwd_bytes;
+  b.enable_qk_norm();
+  EXPECT_GE(b.bwd_bytes, plain_bwd);  // + the q/k gamma partials of qk_norm_rope_bwd_zdz
+  EXPECT_DEVICE_STAGE(b.forward(), "y0:");
+  EXPECT_DEVICE_STAGE(b.backward(&b.dx2), "y0:");
+  coda_tensor const gq = b.w.q_gamma, z = b.saved.z, dgk = b.g.k_gamma;
+  b.w.q_gamma = coda_tensor{};
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "weights.q_gamma", "required with config.qk_eps > 0");
+  b.w.q_gamma = pool.make(CODA_BF16, {kHd});  // fp32 only
+  EXPECT_REJECTED(b.backward(nullptr), CODA_ERROR_DTYPE, "weights.q_gamma");
+  b.w.q_gamma = pool.make(CODA_FP32, {kHd / 2});
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "weights.q_gamma", "head_dim");
+  b.w.q_gamma = gq;
+  b.saved.z = coda_tensor{};
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "saved.z");
+  b.saved.z = b.saved.qkv;  // the output and the pre-norm z must not overlap
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_ALIASING, "saved.z");
+  b.saved.z = z;
+  b.g.k_gamma = coda_tensor{};
+  EXPECT_REJECTED(b.backward(&b.dx2), CODA_ERROR_INVALID_ARGUMENT, "grads.k_gamma");
+  b.g.k_gamma = b.g.q_gamma;  // two gradients in one buffer
+  EXPECT_REJECTED(b.backward(&b.dx2), CODA_ERROR_ALIASING, "grads.k_gamma");
+  b.g.k_gamma = dgk;
+  b.config.qk_eps = -1.0f;
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "config.qk_eps", ">= 0");
+  b.config.qk_eps = 0.0f;  // QK-norm off: a QK-norm field still set is refused, not ignored
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "weights.q_gamma", "config.qk_eps is 0");
+  b.w.q_gamma = b.w.k_gamma = coda_tensor{};
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "saved.z", "config.qk_eps is 0");
+  b.saved.z = coda_tensor{};
+  EXPECT_DEVICE_STAGE(b.forward(), "y0:");
+  EXPECT_REJECTED(b.backward(&b.dx2), CODA_ERROR_INVALID_ARGUMENT, "grads.q_gamma", "config.qk_eps is 0");
 }
 
 TEST(BlockApi, ShapeAndDtypeRules) {

@@ -29,17 +29,22 @@ TEST(ApiLayout, TensorDescriptorMatchesThePythonPacking) {
   EXPECT_EQ(offsetof(coda_tensor, strides), 48u);
   EXPECT_EQ(offsetof(coda_tensor, device), 80u);
   EXPECT_EQ(sizeof(coda_dtype), 4u);  // packed as a 32-bit int
-  // The block structs are struct_size and six descriptors each, in the field order of _C.BlockWeights /
-  // BlockGrads / BlockSaved (filled by _C.tensors from one joined buffer).
-  EXPECT_EQ(sizeof(coda_block_weights), 8 + 6 * sizeof(coda_tensor));
-  EXPECT_EQ(sizeof(coda_block_grads), 8 + 6 * sizeof(coda_tensor));
-  EXPECT_EQ(sizeof(coda_block_saved), 8 + 6 * sizeof(coda_tensor));
+  // The block structs (version 2) are struct_size and descriptors only, in the field order of _C.BlockWeights /
+  // BlockGrads / BlockSaved (filled by _C.tensors from one joined buffer): eight, eight and seven, the version-1 six
+  // first.
+  EXPECT_EQ(sizeof(coda_block_weights), 8 + 8 * sizeof(coda_tensor));
+  EXPECT_EQ(sizeof(coda_block_grads), 8 + 8 * sizeof(coda_tensor));
+  EXPECT_EQ(sizeof(coda_block_saved), 8 + 7 * sizeof(coda_tensor));
   EXPECT_EQ(offsetof(coda_block_weights, w_o), 8u);
   EXPECT_EQ(offsetof(coda_block_weights, w_qkv), 8 + 5 * sizeof(coda_tensor));
+  EXPECT_EQ(offsetof(coda_block_weights, q_gamma), 8 + 6 * sizeof(coda_tensor));
   EXPECT_EQ(offsetof(coda_block_grads, w_qkv), 8 + 5 * sizeof(coda_tensor));
+  EXPECT_EQ(offsetof(coda_block_grads, k_gamma), 8 + 7 * sizeof(coda_tensor));
   EXPECT_EQ(offsetof(coda_block_saved, qkv), 8 + 5 * sizeof(coda_tensor));
+  EXPECT_EQ(offsetof(coda_block_saved, z), 8 + 6 * sizeof(coda_tensor));
   EXPECT_EQ(offsetof(coda_block_config, hidden_size), 8u);
-  EXPECT_EQ(sizeof(coda_block_config), 40u);
+  EXPECT_EQ(offsetof(coda_block_config, qk_eps), 40u);  // version 1's size
+  EXPECT_EQ(sizeof(coda_block_config), 48u);
 }
 
 

@@ -36,21 +36,23 @@ def test_desc_fields(make):
 
 def test_block_struct_fields_in_order():
     ts = [torch.zeros(i + 1, 2 * i + 3, dtype=torch.bfloat16) for i in range(6)]
-    saved = _C.tensors(_C.BlockSaved, *ts)
-    assert ctypes.sizeof(saved) == 8 + 6 * ctypes.sizeof(_C.Tensor)  # block.h: struct_size, then six tensors
+    saved = _C.tensors(_C.BlockSaved, *ts, None)  # the version-2 field z unset
+    assert ctypes.sizeof(saved) == 8 + 7 * ctypes.sizeof(_C.Tensor)  # block.h: struct_size, then seven tensors
     assert saved.struct_size == ctypes.sizeof(_C.BlockSaved)
     for (name, _), t in zip(_C.BlockSaved._fields_[1:], ts):
         assert _fields(getattr(saved, name)) == _expected(t), name
-    with pytest.raises(TypeError, match="BlockSaved takes 6 tensors, got 5"):
-        _C.tensors(_C.BlockSaved, *ts[:5])
+    assert bytes(saved.z) == bytes(ctypes.sizeof(_C.Tensor))  # unset: all zero (data NULL, rank 0)
+    with pytest.raises(TypeError, match="BlockSaved takes 7 tensors, got 6"):
+        _C.tensors(_C.BlockSaved, *ts)
 
 
 def test_block_structs_carry_their_size():
     """block.h "Versioning": every block struct the Python layer builds opens with its own size (the C ABI refuses
-    any size it does not know); sizes as tests/cpu/test_api_validation.cpp checks them on the C side."""
-    assert _C.BlockConfig().struct_size == ctypes.sizeof(_C.BlockConfig) == 40
-    for cls in (_C.BlockWeights, _C.BlockGrads, _C.BlockSaved):
-        assert cls().struct_size == ctypes.sizeof(cls) == 8 + 6 * ctypes.sizeof(_C.Tensor), cls.__name__
+    any size it does not know); version 2's sizes, as tests/cpu/test_api_block.cpp checks them on the C side."""
+    assert _C.BlockConfig().struct_size == ctypes.sizeof(_C.BlockConfig) == 48  # 40 in version 1, + qk_eps, padded
+    assert _C.BlockConfig.qk_eps.offset == 40
+    for cls, n in ((_C.BlockWeights, 8), (_C.BlockGrads, 8), (_C.BlockSaved, 7)):
+        assert cls().struct_size == ctypes.sizeof(cls) == 8 + n * ctypes.sizeof(_C.Tensor), cls.__name__
     assert _C.BlockConfig(hidden_size=64, eps=1e-5).hidden_size == 64
     with pytest.raises(TypeError):
         _C.BlockConfig(64)  # positionally the first field would be struct_size

@@ -381,7 +381,7 @@ def test_cuda_path_passes_dense_targets_and_positions(monkeypatch):
     w_o, w_gu, w_down = _t(d, hd, dtype=bf), _t(2 * d, d, dtype=bf), _t(d, d, dtype=bf)
     y0 = _t(M, hd, dtype=bf)
     saved = K.block_forward(y0, x, w_o, g, w_gu, w_down, g, w_qkv, positions, inv_freq, 1, 1, hd, 1e-6)
-    x1, rstd1, z1, x2, rstd2, qkv = saved
+    x1, rstd1, z1, x2, rstd2, qkv, _ = saved
     K.block_backward(y0, positions, inv_freq, w_o, g, w_gu, w_down, g, w_qkv, x1, rstd1, z1, x2, rstd2, qkv,
                      qkv.clone(), None, 1, 1, hd, 1e-6)
     called = {name for name, _ in rec.calls}

@@ -34,11 +34,19 @@ def random_model(cfg, seed=0):
     return m
 
 
+@pytest.mark.parametrize("qk_norm_block", [False, True], ids=["per_layer", "block"])
 @pytest.mark.parametrize("tie", [True, False])
-def test_cpu_patch_qwen3_matches_hf(tie):
+def test_cpu_patch_qwen3_matches_hf(tie, qk_norm_block, monkeypatch):
+    """Both paths of stack.run_layers for a QK-norm layer: the per-layer ops and (QK_NORM_BLOCK) the cross-layer block
+    with its QK-norm (block.h version 2)."""
+    monkeypatch.setattr(coda.models.stack, "QK_NORM_BLOCK", qk_norm_block)
+    calls = []
+    real = coda.ops.block
+    monkeypatch.setattr(coda.ops, "block", lambda *a, **k: calls.append(k.get("q_gamma")) or real(*a, **k))
     ref = random_model(qwen3_config(tie_word_embeddings=tie)).double()
     names = assert_patch_matches_hf(ref, coda.patch_qwen3(copy.deepcopy(ref)))
     assert any("q_norm" in n for n in names) and any("k_norm" in n for n in names)
+    assert (len(calls) > 0 and all(q is not None for q in calls)) == qk_norm_block
 
 
 def test_cpu_patch_qwen3_layer_by_layer(monkeypatch):
@@ -139,9 +147,12 @@ def test_rmsnorm_qkv_qk_norm_rope_checks_its_arguments():
 
 
 @requires_gpu
-def test_gpu_patch_qwen3():
+@pytest.mark.parametrize("qk_norm_block", [False, True], ids=["per_layer", "block"])
+def test_gpu_patch_qwen3(qk_norm_block, monkeypatch):
     """A 2-layer Qwen3 in bf16: loss and every parameter's gradient of the patched model pass the acceptance rule
-    against the float64 (CPU) model, with unpatched HF in bf16 on the GPU as 'unfused'."""
+    against the float64 (CPU) model, with unpatched HF in bf16 on the GPU as 'unfused'; through the per-layer ops
+    and through the cross-layer block (stack.QK_NORM_BLOCK)."""
+    monkeypatch.setattr(coda.models.stack, "QK_NORM_BLOCK", qk_norm_block)
     cfg = qwen3_config(vocab_size=2048, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
                        num_attention_heads=8, num_key_value_heads=4, head_dim=128)
     base = random_model(cfg).to(torch.bfloat16)

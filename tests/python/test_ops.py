@@ -91,6 +91,20 @@ def p_block(hq, hkv, hd):
     return lambda *a: plain.block(*a, hq, hkv, hd, EPS)
 
 
+def _block_qk_case(seed, M, d, F, hq, hkv, hd, lead=()):
+    """_block_case plus layer i+1's q_norm / k_norm weights (Qwen3)."""
+    g = I.gen(seed + 1000)
+    return _block_case(seed, M, d, F, hq, hkv, hd, lead) + [I.norm(g, hd), I.norm(g, hd)]
+
+
+def f_block_qk(hq, hkv, hd):
+    return lambda *a: coda.ops.block(*a[:10], hq, hkv, hd, EPS, q_gamma=a[10], k_gamma=a[11])
+
+
+def p_block_qk(hq, hkv, hd):
+    return lambda *a: plain.block(*a[:10], hq, hkv, hd, EPS, a[10], a[11])
+
+
 def f_chain(x, gm, wo, wgu, wd):
     """linear_residual_rmsnorm -> swiglu_mlp with the cache from linear_residual_rmsnorm: the ops compose through
     (x, gamma) + cache."""
@@ -163,6 +177,23 @@ def test_cpu_chain_with_cache():
 @pytest.mark.parametrize("hq,hkv,hd", [(2, 1, 64), (1, 1, 128)])
 def test_cpu_block(hq, hkv, hd):
     check_cpu(f_block(hq, hkv, hd), p_block(hq, hkv, hd), _block_case(7, 6, 32, 16, hq, hkv, hd, lead=(2,)))
+
+
+@pytest.mark.parametrize("hq,hkv,hd", [(2, 1, 64), (1, 1, 128)])
+def test_cpu_block_qk_norm(hq, hkv, hd):
+    """The block with layer i+1's QK-norm (block.h version 2): outputs and every gradient, q_gamma's and k_gamma's
+    included, against plain PyTorch."""
+    check_cpu(f_block_qk(hq, hkv, hd), p_block_qk(hq, hkv, hd), _block_qk_case(8, 6, 32, 16, hq, hkv, hd, lead=(2,)))
+
+
+def test_cpu_block_qk_norm_arguments():
+    b = _block_qk_case(9, 3, 16, 8, 1, 1, 64)
+    with pytest.raises(ValueError, match="`q_gamma` and `k_gamma` go together"):
+        coda.ops.block(*b[:10], 1, 1, 64, EPS, q_gamma=b[10])
+    with pytest.raises(ValueError, match="`k_gamma`"):
+        coda.ops.block(*b[:10], 1, 1, 64, EPS, q_gamma=b[10], k_gamma=b[11][:32])
+    with pytest.raises(ValueError, match="`qk_eps` must be > 0"):
+        coda.ops.block(*b[:10], 1, 1, 64, EPS, q_gamma=b[10], k_gamma=b[11], qk_eps=0.0)
 
 
 @pytest.mark.parametrize("opts", CE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
@@ -378,6 +409,15 @@ def test_gpu_chain_with_cache():
 def test_gpu_block(lead, M, d, F, hq, hkv, hd, dtype):
     check_op(f_block(hq, hkv, hd), p_block(hq, hkv, hd), _block_case(M, M, d, F, hq, hkv, hd, lead), dtype,
              names=["y0", "x0", "w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv"], row_sums=ROW_SUMS)
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead,M,d,F,hq,hkv,hd", [((), 1000, 256, 512, 4, 1, 64), ((2,), 300, 1024, 2816, 8, 8, 128)])
+def test_gpu_block_qk_norm(lead, M, d, F, hq, hkv, hd, dtype):
+    check_op(f_block_qk(hq, hkv, hd), p_block_qk(hq, hkv, hd), _block_qk_case(M, M, d, F, hq, hkv, hd, lead), dtype,
+             names=["y0", "x0", "w_o", "gamma1", "w_gu", "w_down", "gamma2", "w_qkv", "q_gamma", "k_gamma"],
+             row_sums=ROW_SUMS + ("q_gamma", "k_gamma"))
 
 
 @requires_gpu

@@ -5,6 +5,7 @@
 
 #include "gemm/kernel_api.hpp"
 
+#include <coda/types.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -26,6 +27,27 @@ struct QkNormRopeArgs {
   int32_t head_dim = 0;  ///< 64 or 128
   float eps = 0.0f;
 };
+
+/// The arguments from validated tensors (the C entry point and the block build them the same way): rstd [M] fp32,
+/// z [M, N] or nullptr (not stored), the gammas [head_dim] fp32, positions [M] int32, inv_freq [head_dim / 2] fp32.
+inline QkNormRopeArgs qk_norm_rope_args(float const* rstd, coda_tensor const* z, coda_tensor const& q_gamma,
+                                        coda_tensor const& k_gamma, coda_tensor const& positions,
+                                        coda_tensor const& inv_freq, int32_t n_q_heads, int32_t n_kv_heads,
+                                        int32_t head_dim, float eps) {
+  QkNormRopeArgs args;
+  args.rstd = rstd;
+  args.z = z != nullptr ? z->data : nullptr;
+  args.ldz = z == nullptr ? 0 : z->sizes[0] > 1 ? z->strides[0] : z->sizes[1];
+  args.q_gamma = static_cast<float const*>(q_gamma.data);
+  args.k_gamma = static_cast<float const*>(k_gamma.data);
+  args.inv_freq = static_cast<float const*>(inv_freq.data);
+  args.positions = static_cast<int32_t const*>(positions.data);
+  args.n_q_heads = n_q_heads;
+  args.n_kv_heads = n_kv_heads;
+  args.head_dim = head_dim;
+  args.eps = eps;
+  return args;
+}
 
 /// qkv[M,N] (row stride ldq) and z[M,N] (row stride ldz), bf16 or fp16, N = (Hq + 2 Hkv) head_dim, from h[M,K] and
 /// w_qkv[N,K] (q/k rows paired per head). One GEMM on `stream`. Throws coda::detail::Error.

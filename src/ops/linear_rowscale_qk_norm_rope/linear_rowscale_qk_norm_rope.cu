@@ -5,8 +5,6 @@
 #include <coda/coda.h>
 #include <cuda_runtime_api.h>
 
-#include <cmath>
-
 #include "api/checks.hpp"
 #include "api/guard.hpp"
 #include "ops/op_config.hpp"
@@ -32,7 +30,6 @@ namespace api = coda::api;
 using coda::api::Arg;
 using coda::api::guarded;
 using coda::api::row_stride;
-using coda::detail::fail;
 
 extern "C" {
 
@@ -48,15 +45,7 @@ CODA_API coda_status coda_linear_rowscale_qk_norm_rope(const coda_tensor* h, con
     api::LinearShape const s = api::check_rowscale_inputs(Hh, W, S);
     int64_t const width = api::check_rope_args(P, F, n_q_heads, n_kv_heads, head_dim, s.M);
     api::require_size(W, 0, width, "(n_q_heads + 2*n_kv_heads)*head_dim", "the head counts");
-    for (Arg const& g : {GQ, GK}) {
-      api::check_vector(g, head_dim, {CODA_FP32}, "head_dim", "head_dim");
-      if ((reinterpret_cast<uintptr_t>(g.t->data) & 7u) != 0) {
-        fail(CODA_ERROR_MISALIGNED, g.name, ": data must be 8-byte aligned (read as float pairs)");
-      }
-    }
-    if (!(qk_eps > 0.0f) || !std::isfinite(qk_eps)) {
-      fail(CODA_ERROR_INVALID_ARGUMENT, "qk_eps: must be finite and > 0, got ", qk_eps);
-    }
+    api::check_qk_norm_args(GQ, GK, head_dim, qk_eps, "qk_eps");
     api::check_activation(Q, Hh, s.M, s.N, "M", "qkv width");
     if (z_out != nullptr) api::check_activation(Z, Hh, s.M, s.N, "M", "qkv width");  // NULL: z not stored
     api::check_disjoint({Q, Z}, {Hh, W, S, GQ, GK, P, F});
@@ -65,18 +54,9 @@ CODA_API coda_status coda_linear_rowscale_qk_norm_rope(const coda_tensor* h, con
     coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
     api::require_kernel_device(device, {Hh, W, S, GQ, GK, P, F, Q, Z});
     if (s.M == 0) return;
-    coda::ops::QkNormRopeArgs args;
-    args.rstd = static_cast<float const*>(rstd->data);
-    args.z = z_out != nullptr ? z_out->data : nullptr;
-    args.ldz = z_out != nullptr ? row_stride(Z, s.N) : 0;
-    args.q_gamma = static_cast<float const*>(q_gamma->data);
-    args.k_gamma = static_cast<float const*>(k_gamma->data);
-    args.inv_freq = static_cast<float const*>(inv_freq->data);
-    args.positions = static_cast<int32_t const*>(positions->data);
-    args.n_q_heads = n_q_heads;
-    args.n_kv_heads = n_kv_heads;
-    args.head_dim = head_dim;
-    args.eps = qk_eps;
+    coda::ops::QkNormRopeArgs const args =
+        coda::ops::qk_norm_rope_args(static_cast<float const*>(rstd->data), z_out, *q_gamma, *k_gamma, *positions,
+                                     *inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps);
     coda::ops::linear_rowscale_qk_norm_rope(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_qkv->data,
                                             row_stride(W, s.K), args, qkv_out->data, row_stride(Q, s.N), fp16,
                                             static_cast<cudaStream_t>(stream));
