@@ -72,8 +72,8 @@ def main():
     wo, g1, wgu, wd, g2, wqkv = (t.detach() for t in params)
     yd, xd = y0.detach(), x0.detach()
     pos32, invf = pos.to(torch.int32), inv.float()
-    op_args = (yd, xd, wo, g1, wgu, wd, g2, wqkv, pos32, invf, hq, hkv, hd, 1e-6, True)
-    saved = torch.ops.coda.block_forward(*op_args)
+    op_args = (yd, xd, wo, g1, wgu, wd, g2, wqkv, pos32, invf, hq, hkv, hd, 1e-6, None, None, 0.0, True)
+    saved = torch.ops.coda.block_forward(*op_args)[:6]  # without the QK-norm's (empty) z
     x1, rstd1, z1, x2, rstd2, qkv = saved
     dqkv = torch.randn_like(qkv)
     z1_keep = z1.clone()
@@ -84,7 +84,7 @@ def main():
     def op_bwd():
         z1.copy_(z1_keep)  # the backward overwrites z1 and dqkv; a copy is one more (cheap) launch
         return torch.ops.coda.block_backward(yd, pos32, invf, wo, g1, wgu, wd, g2, wqkv, x1, rstd1, z1, x2, rstd2,
-                                             qkv, dqkv, None, hq, hkv, hd, 1e-6)
+                                             qkv, dqkv, None, hq, hkv, hd, 1e-6, None, None, None, 0.0)
 
     def k_fwd():
         return _kernels.block_forward(yd, xd, wo, g1, wgu, wd, g2, wqkv, pos32, invf, hq, hkv, hd, 1e-6)
@@ -97,14 +97,14 @@ def main():
     dev = x0.device
     cfg_c = _kernels._block_config(d, Fi, hq, hkv, hd, 1e-6)
     weights_c = _kernels._block_weights(wo, g1, wgu, wd, g2, wqkv)
-    saved_c = _C.tensors(_C.BlockSaved, *saved)
+    saved_c = _C.tensors(_C.BlockSaved, *saved, None)
     lib = _C.library()
     ws_f = _C.workspace(lib.coda_block_forward_workspace_size(cfg_c, xd.shape[0]), dev)
     ws_b = _C.workspace(lib.coda_block_backward_workspace_size(cfg_c, xd.shape[0]), dev)
     dy0, dx0 = torch.empty_like(yd), torch.empty_like(xd)
     grads = [torch.empty_like(t) for t in (wo, wgu, wd, wqkv)]
     dg1, dg2 = torch.empty(d, device=dev), torch.empty(d, device=dev)
-    grads_c = _C.tensors(_C.BlockGrads, grads[0], dg1, grads[1], grads[2], dg2, grads[3])
+    grads_c = _C.tensors(_C.BlockGrads, grads[0], dg1, grads[1], grads[2], dg2, grads[3], None, None)
     descs = [_C.desc(t) for t in (yd, xd, pos32, invf, dqkv, dy0, dx0)]
     stream = _C.stream(dev)
 

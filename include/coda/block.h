@@ -13,10 +13,11 @@
  *             coda_linear_residual_rmsnorm_bwd with W_qkv (dx2) -> dW_qkv ->
  *             coda_linear_swiglu_bwd_zdz with W_down (dz1, y1) -> dW_down -> coda_linear_residual_rmsnorm_bwd with
  *             W_gu (dx1 = dx0) -> dW_gu -> dy0 = dx1 W_o -> dW_o: 3 fused dgrad GEMMs, 5 plain GEMMs, one
- *             elementwise kernel, 2 tiny reduces.
- * Saved between forward and backward (coda_block_saved): x1, rstd1, z1, x2, rstd2, qkv (plus the caller's y0,
- * positions, inv_freq and weights). Not saved, recomputed in the backward epilogues: h1, h2, y1 and the pre-RoPE
- * q/k/v; per token that is 2 d + F + (hq + 2 hkv) hd elements fewer than an unfused pipeline keeps.
+ *             elementwise kernel (with QK-norm: one kernel and its gamma reduce), 2 tiny reduces.
+ * Saved between forward and backward (coda_block_saved): x1, rstd1, z1, x2, rstd2, qkv, with QK-norm also the
+ * pre-norm z (plus the caller's y0, positions, inv_freq and weights). Not saved, recomputed in the backward
+ * epilogues: h1, h2, y1 and (without QK-norm) the pre-RoPE q/k/v; per token that is 2 d + F + (hq + 2 hkv) hd
+ * elements fewer than an unfused pipeline keeps (2 d + F with QK-norm).
  * The first layer (embeddings -> q/k/v: coda_rmsnorm_prepare + coda_linear_rowscale_rope) and the last (-> LM head:
  * coda_linear_cross_entropy) use the single ops.
  *
@@ -58,6 +59,8 @@ typedef struct coda_block_config {
   float qk_eps; /**< 0 (default): no QK-norm. > 0: layer i+1's attention normalises each q and k head (Qwen3's
                      q_norm / k_norm, this epsilon; MATH.md linear_rowscale_qk_norm_rope): weights.q_gamma/k_gamma,
                      grads.q_gamma/k_gamma and saved.z are then required. Finite, >= 0. */
+  uint32_t reserved; /**< 0. Spells out the tail padding, so that a later version's field lands past it and its
+                          struct_size differs from this version's. */
 } coda_block_config;
 
 /** The block's weights (nn.Linear [out, in] layout). */

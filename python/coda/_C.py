@@ -85,6 +85,7 @@ class BlockConfig(_Versioned):
         ("head_dim", ctypes.c_int32),
         ("eps", ctypes.c_float),
         ("qk_eps", ctypes.c_float),  # version 2: > 0 with a QK-norm
+        ("reserved", ctypes.c_uint32),  # 0
     ]
 
 

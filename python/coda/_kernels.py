@@ -222,9 +222,13 @@ def _block_config(d, F, hq, hkv, hd, eps, qk_eps=0.0):
 
 
 def _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma=None, k_gamma=None):
-    if q_gamma is not None:
-        q_gamma, k_gamma = _float_pairs(q_gamma), _float_pairs(k_gamma)
+    """The weights struct; q_gamma / k_gamma as the kernel reads them (_float_pairs), converted by the caller, which
+    keeps them alive until the C call: the struct holds their pointers only."""
     return _C.tensors(_C.BlockWeights, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma, k_gamma)
+
+
+def _qk_gammas(q_gamma, k_gamma):
+    return (None, None) if q_gamma is None else (_float_pairs(q_gamma), _float_pairs(k_gamma))
 
 
 def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads,
@@ -241,6 +245,7 @@ def block_forward(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, i
     x2 = torch.empty_like(x1)
     qkv = torch.empty((M, w_qkv.shape[0]), dtype=dt, device=dev)
     z = torch.empty_like(qkv) if q_gamma is not None else None
+    q_gamma, k_gamma = _qk_gammas(q_gamma, k_gamma)
     rstd1, rstd2 = _f32((M,), x0), _f32((M,), x0)
     cfg = _block_config(d, F, n_q_heads, n_kv_heads, head_dim, eps, qk_eps if q_gamma is not None else 0.0)
     saved = _C.tensors(_C.BlockSaved, x1, rstd1, z1, x2, rstd2, qkv, z)
@@ -260,6 +265,7 @@ def block_backward(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma2, w
     F = w_down.shape[1]
     dev, dt = x1.device, x1.dtype
     qk = q_gamma is not None
+    q_gamma, k_gamma = _qk_gammas(q_gamma, k_gamma)
     positions, inv_freq = _dense(positions), _dense(inv_freq)
     dy0 = torch.empty_like(y0, memory_format=torch.contiguous_format)
     dx0 = torch.empty((M, d), dtype=dt, device=dev)

@@ -321,6 +321,8 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
     """
     tensors = (y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq)
     qk = (q_gamma, k_gamma) if q_gamma is not None or k_gamma is not None else ()
+    if qk_eps is not None and not qk:
+        raise ValueError("coda.block: `qk_eps` is the QK-norm's epsilon: it needs `q_gamma` and `k_gamma`")
     qk_eps = eps if qk_eps is None else qk_eps
     key = _signature(tensors + qk, (n_q_heads, n_kv_heads, head_dim, eps, qk_eps if qk else None))
     if key is None or key != _block_checked[0]:

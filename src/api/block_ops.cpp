@@ -122,6 +122,7 @@ coda_block_config check_config(coda_block_config const* config) {
   if (!(c->qk_eps >= 0.0f) || !std::isfinite(c->qk_eps)) {
     fail(CODA_ERROR_INVALID_ARGUMENT, "config.qk_eps: must be finite and >= 0 (0: no QK-norm), got ", c->qk_eps);
   }
+  if (c->reserved != 0) fail(CODA_ERROR_INVALID_ARGUMENT, "config.reserved: must be 0, got ", c->reserved);
   return cfg;
 }
 

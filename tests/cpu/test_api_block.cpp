@@ -22,7 +22,7 @@ constexpr int64_t kQo = kHq * kHd, kW = (kHq + 2 * kHkv) * kHd;
 struct Block {
   TensorPool pool;
   coda_dtype dt = CODA_BF16;
-  coda_block_config config{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f, 0.0f};
+  coda_block_config config{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f, 0.0f, 0u};
   coda_block_weights w{sizeof(coda_block_weights),  pool.make(dt, {kD, kQo}),     pool.make(dt, {kD}),
                        pool.make(dt, {2 * kF, kD}),  pool.make(dt, {kD, kF}),      pool.make(dt, {kD}),
                        pool.make(dt, {kW, kD}),      coda_tensor{},                coda_tensor{}};
@@ -76,7 +76,7 @@ TEST(BlockApi, ValidArgumentsReachTheDevice) {
 }
 
 TEST(BlockApi, WorkspaceSizes) {
-  coda_block_config const c{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f, 0.0f};
+  coda_block_config const c{sizeof(coda_block_config), kD, kF, kHq, kHkv, kHd, 1e-5f, 0.0f, 0u};
   // Forward: h [M,d] and y1 [M,F] bf16 at least; backward adds the two zdz vectors.
   EXPECT_GE(coda_block_forward_workspace_size(&c, kM), static_cast<size_t>(kM * (kD + kF) * 2));
   EXPECT_GE(coda_block_backward_workspace_size(&c, kM), static_cast<size_t>(kM * (kD + kF) * 2 + 2 * kM * 4));
@@ -101,6 +101,9 @@ TEST(BlockApi, ConfigRules) {
   b.config.eps = 1e-5f;
   b.config.intermediate_size = 100;
   EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "config.intermediate_size", "multiple of 8");
+  b.config.intermediate_size = kF;
+  b.config.reserved = 1;
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "config.reserved", "must be 0");
 }
 
 // block.h "Versioning": each struct's struct_size must be a size this library knows (version 1: its sizeof); 0
@@ -155,9 +158,12 @@ TEST(BlockApi, Version1StructsAreAccepted) {
 TEST(BlockApi, QkNormRules) {
   Block b;
   auto& pool = b.pool;
-  size_t const plain_bwd = b.bwd_bytes;
   b.enable_qk_norm();
-  EXPECT_GE(b.bwd_bytes, plain_bwd);  // + the q/k gamma partials of qk_norm_rope_bwd_zdz
+  // The temporaries (a [M,d], y1 [M,F] bf16, two zdz [M] fp32: 8192 bytes in 256-byte slots here) plus a scratch
+  // slot that holds qk_norm_rope_bwd_zdz's gamma partials.
+  size_t const qk_ws = coda_qk_norm_rope_bwd_zdz_workspace_size(kM, kHd);
+  EXPECT_GT(qk_ws, 0u);
+  EXPECT_GE(b.bwd_bytes, 8192 + qk_ws);
   EXPECT_DEVICE_STAGE(b.forward(), "y0:");
   EXPECT_DEVICE_STAGE(b.backward(&b.dx2), "y0:");
   coda_tensor const gq = b.w.q_gamma, z = b.saved.z, dgk = b.g.k_gamma;

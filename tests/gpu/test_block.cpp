@@ -187,7 +187,7 @@ struct DevBlock {
         qkv(dt, s.M, s.W()),
         gwo(CODA_FP32, s.d, s.qo()), gg1(CODA_FP32, s.d), gwgu(CODA_FP32, 2 * s.F, s.d), gwd(CODA_FP32, s.d, s.F),
         gg2(CODA_FP32, s.d), gwqkv(CODA_FP32, s.W(), s.d) {
-    config = {sizeof(coda_block_config), s.d, s.F, s.hq, s.hkv, s.hd, static_cast<float>(kEps), 0.0f};
+    config = {sizeof(coda_block_config), s.d, s.F, s.hq, s.hkv, s.hd, static_cast<float>(kEps), 0.0f, 0u};
     wo.set(w.wo), g1.set(w.g1), wgu.set(w.wgu), wd.set(w.wd), g2.set(w.g2), wqkv.set(w.wqkv);
     weights = {sizeof(coda_block_weights), wo.t, g1.t, wgu.t, wd.t, g2.t, wqkv.t, coda_tensor{}, coda_tensor{}};
     saved = {sizeof(coda_block_saved), x1.t, rstd1.t, z1.t, x2.t, rstd2.t, qkv.t, coda_tensor{}};

@@ -16,7 +16,7 @@ ABI_HEADERS = [ROOT / "include" / "coda" / h for h in ("coda.h", "block.h")]  # 
 
 
 def header_text():
-    return "".join(h.read_text() for h in ABI_HEADERS)
+    return "".join(h.read_text(encoding="utf-8") for h in ABI_HEADERS)
 
 
 def test_headers_parse():
@@ -52,8 +52,9 @@ def test_an_unmapped_type_is_refused_by_name():
 
 def test_every_function_the_python_layer_calls_is_declared():
     decl = _C.declarations(header_text())
-    source = "".join(p.read_text() for p in (ROOT / "python" / "coda").rglob("*.py"))
+    source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "python" / "coda").rglob("*.py"))
     called = set(re.findall(r'_C\.call\("(\w+)"', source))
+    called |= set(re.findall(r'(?:\blib|library\(\))\.coda_(\w+)\b', source))  # lib.coda_x, library().coda_x
     called |= {f"{n}_workspace_size" for n in re.findall(r'_ws\("(\w+)"', source)}
     called |= {f"{n}_workspace_size" for n in re.findall(r'workspace_size\("(\w+)"', source)}
     assert len(called) > 15

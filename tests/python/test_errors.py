@@ -1,4 +1,6 @@
 """Bad input gets a clear Python error naming the argument and the rule, before any kernel runs (PROTOCOL.md)."""
+import ctypes
+
 import pytest
 import torch
 
@@ -523,3 +525,51 @@ def test_gpu_strided_targets_and_positions():
                 gamma2=_bf(d), w_qkv=w_qkv, inv_freq=inv.contiguous(), n_q_heads=1, n_kv_heads=1, head_dim=hd)
     a, b = coda.ops.block(positions=positions, **args), coda.ops.block(positions=positions.contiguous(), **args)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_cuda_block_packs_the_qk_norm_fields(qk_norm, monkeypatch):
+    """What _kernels.block_forward / block_backward hand the library (recorded here without a GPU): block.h version
+    2 with the QK-norm's fields set (config.qk_eps, the gammas as fp32 [head_dim], saved.z, the gamma gradients) or
+    unset (all zero) without it; the fp32 copies of bf16 gammas are alive when the C call runs (the structs hold
+    their pointers only)."""
+    import weakref
+    rec = _Recorder(monkeypatch)
+    K, C = coda._kernels, coda._C
+    copies, alive = [], []
+    real = K._float_pairs
+
+    def float_pairs(t):
+        out = real(t)
+        copies.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(K, "_float_pairs", float_pairs)
+    monkeypatch.setattr(C, "call", lambda name, *args: (rec.calls.append((name, args)),
+                                                         alive.append(all(r() is not None for r in copies[-2:]))))
+    bf, M, d, hd = torch.bfloat16, 4, 64, 64
+    w_o, g, w_gu, w_down = _t(d, hd, dtype=bf), _t(d, dtype=bf), _t(2 * d, d, dtype=bf), _t(d, d, dtype=bf)
+    w_qkv, y0, x = _t(3 * hd, d, dtype=bf), _t(M, hd, dtype=bf), _t(M, d, dtype=bf)
+    pos, inv = torch.zeros(M, dtype=torch.int32), _t(hd // 2)
+    qk = dict(q_gamma=_t(hd, dtype=bf), k_gamma=_t(hd, dtype=bf), qk_eps=1e-6) if qk_norm else {}
+    x1, rstd1, z1, x2, rstd2, qkv, z = K.block_forward(y0, x, w_o, g, w_gu, w_down, g, w_qkv, pos, inv, 1, 1, hd,
+                                                        1e-5, **qk)
+    assert (z is not None) == qk_norm
+    grads = K.block_backward(y0, pos, inv, w_o, g, w_gu, w_down, g, w_qkv, x1, rstd1, z1, x2, rstd2, qkv,
+                             qkv.clone(), None, 1, 1, hd, 1e-5, z=z, **qk)
+    assert (grads[8] is not None and grads[8].shape == (hd,) and grads[8].dtype == torch.float32) == qk_norm
+    assert [name for name, _ in rec.calls] == ["block_forward", "block_backward"] and all(alive)
+    unset = bytes(ctypes.sizeof(C.Tensor))
+    for name, args in rec.calls:
+        cfg, weights = args[0], args[1]
+        saved = args[6] if name == "block_forward" else args[5]
+        assert cfg.struct_size == ctypes.sizeof(C.BlockConfig) and cfg.reserved == 0
+        assert (cfg.qk_eps > 0) == qk_norm
+        for t in (weights.q_gamma, weights.k_gamma) + ((args[10].q_gamma, args[10].k_gamma) if name ==
+                                                       "block_backward" else ()):
+            if qk_norm:
+                assert (t.dtype, t.rank, t.sizes[0]) == (C.DTYPE[torch.float32], 1, hd) and t.data, name
+            else:
+                assert bytes(t) == unset, name
+        assert (bytes(saved.z) != unset) == qk_norm, name
+    assert len(copies) == (4 if qk_norm else 0)  # q and k, forward and backward
