@@ -12,6 +12,10 @@ backward = (forward+backward) - forward. Peak memory: torch.cuda.max_memory_allo
 forward+backward. --device cpu runs the tiny config for a smoke test (wall clock; no Liger, no profile).
 Each line of --out is one (config, tokens, implementation) with times in ms and the ratios to CODA.
 
+--qk-norm: layer i+1's attention has Qwen3's QK-norm (a per-head RMSNorm of q and k before RoPE): every implementation
+normalises the heads (HF: q_norm / k_norm on [.., heads, head_dim]); CODA's block takes q_gamma / k_gamma (block.h
+version 2). The rows say qk_norm: true.
+
 --coda-variant LABEL=SPEC (repeatable) adds an implementation `coda:LABEL`: the CODA block with CODA_OP_CONFIG=SPEC
 set around each of its calls (SPEC's per-op form pins single fused ops, e.g.
 `swiglu=linear_rowscale_swiglu=coop_128x256x64_c2x1:raster=m,swizzle=8`), so that one op's config is A/B-tested in the
@@ -43,8 +47,10 @@ def torch_block(y0, x0, w, cos, sin, cfg, norm=hf_rms_norm, silu_mul=None, rope=
     x2 = y1 @ w["down"].T + x1
     n2 = norm(x2, w["g2"])
     M = x0.shape[0]
-    q = (n2 @ w["q"].T).view(1, M, hq, hd).transpose(1, 2)
-    k = (n2 @ w["k"].T).view(1, M, hkv, hd).transpose(1, 2)
+    q, k = (n2 @ w["q"].T).view(1, M, hq, hd), (n2 @ w["k"].T).view(1, M, hkv, hd)
+    if "qn" in w:  # Qwen3: per-head RMSNorm of q and k before RoPE
+        q, k = norm(q, w["qn"]), norm(k, w["kn"])
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = (n2 @ w["v"].T).view(1, M, hkv, hd).transpose(1, 2)
     if rope:
         q, k = rope(q, k, cos, sin)
@@ -63,12 +69,14 @@ def liger_fns():
                 rope=lambda q, k, c, s: liger_rotary_pos_emb(q, k, c, s))
 
 
-def make(cfg, M, dtype=torch.bfloat16, seed=0, device="cuda"):
+def make(cfg, M, dtype=torch.bfloat16, seed=0, device="cuda", qk_norm=False):
     d, Fi, hq, hkv, hd = cfg
     g = torch.Generator(device=device).manual_seed(seed)
     r = lambda *s, std=0.02: (torch.randn(*s, device=device, generator=g) * std).to(dtype)  # noqa: E731
     w = dict(o=r(d, hq * hd), g1=1 + r(d, std=0.1), gate=r(Fi, d), up=r(Fi, d), down=r(d, Fi), g2=1 + r(d, std=0.1),
              q=r(hq * hd, d), k=r(hkv * hd, d), v=r(hkv * hd, d))
+    if qk_norm:
+        w.update(qn=1 + r(hd, std=0.1), kn=1 + r(hd, std=0.1))
     for t in w.values():
         t.requires_grad_()
     y0, x0 = r(M, hq * hd, std=1.0).requires_grad_(), r(M, d, std=4.0).requires_grad_()
@@ -87,9 +95,14 @@ def coda_runner(cfg, w, pos, inv):
     w_gu = L.interleave_gate_up(w["gate"], w["up"]).detach().requires_grad_()
     w_qkv = L.qkv_weight(w["q"], w["k"], w["v"], hd).detach().requires_grad_()
     params = [w["o"], w["g1"], w_gu, w["down"], w["g2"], w_qkv]
+    qk = {}
+    if "qn" in w:  # the paired layout, as coda.patch_qwen3 builds it
+        qk = {f"{n}_gamma": L.pair_rope_rows(w[f"{n}n"][:, None], hd)[:, 0].detach().requires_grad_() for n in "qk"}
+        params += list(qk.values())
 
     def fwd(y0, x0):
-        return coda.ops.block(y0, x0, w["o"], w["g1"], w_gu, w["down"], w["g2"], w_qkv, pos, inv, hq, hkv, hd, EPS)
+        return coda.ops.block(y0, x0, w["o"], w["g1"], w_gu, w["down"], w["g2"], w_qkv, pos, inv, hq, hkv, hd, EPS,
+                              **qk)
     return fwd, params
 
 
@@ -146,6 +159,7 @@ def main():
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--commit", default="unknown")
     p.add_argument("--profile", action="store_true", help="also print where each implementation's time goes on the GPU timeline")
+    p.add_argument("--qk-norm", action="store_true", help="layer i+1 with Qwen3's QK-norm (every implementation)")
     p.add_argument("--coda-variant", action="append", default=[], metavar="LABEL=SPEC",
                    help="add implementation coda:LABEL, the CODA block run with CODA_OP_CONFIG=SPEC (repeatable)")
     p.add_argument("--coda-env", action="append", default=[], metavar="LABEL=VAR=VALUE",
@@ -162,7 +176,7 @@ def main():
     for item in args.configs.split(","):
         name, M = item.split(":")
         cfg, M = CONFIGS[name], int(M)
-        w, y0, x0, pos, inv, cos, sin = make(cfg, M, device=dev)
+        w, y0, x0, pos, inv, cos, sin = make(cfg, M, device=dev, qk_norm=args.qk_norm)
         prepared, errors = {}, {}
         for impl in impls:  # build and warm every implementation, then time them taking turns
             try:
@@ -188,7 +202,7 @@ def main():
             if "error" not in r:  # backward from the medians, so that fwd + bwd = f+b in every row
                 r["backward_ms"] = r["fwd_bwd_ms"] - r["forward_ms"]
                 r["peak_extra_gib"] = prepared[impl][0]
-            r.update(config=name, tokens=M, commit=args.commit, gpu=gpu)
+            r.update(config=name, tokens=M, commit=args.commit, gpu=gpu, qk_norm=args.qk_norm)
             rows.append(r)
             print(json.dumps(r), flush=True)
         if args.profile and cuda:
