@@ -43,19 +43,23 @@ struct Shape {
 struct Weights {
   Matrix wo, wgu, wd, wqkv;
   Vector g1, g2;
+  bool qk = false;  // layer i+1's QK-norm (block.h version 2): norm's gammas and eps
+  QkNorm norm;
 };
 
 struct Saved {
   Matrix x1, z1, x2, qkv;
   Vector rstd1, rstd2;
+  Matrix z;  // with QK-norm: the pre-norm q/k/v projection
 };
 
 struct Grads {
   Matrix dy0, dx0, dwo, dwgu, dwd, dwqkv;
   Vector dg1, dg2;
+  Vector dgq, dgk;  // with QK-norm
 };
 
-Weights random_weights(Shape const& s, Rng& rng, coda_dtype dt) {
+Weights random_weights(Shape const& s, Rng& rng, coda_dtype dt, bool qk = false) {
   Weights w;
   w.wo = round_to(random_weight(s.d, s.qo(), rng), dt);
   w.wgu = round_to(random_weight(2 * s.F, s.d, rng), dt);
@@ -63,6 +67,12 @@ Weights random_weights(Shape const& s, Rng& rng, coda_dtype dt) {
   w.wqkv = round_to(random_weight(s.W(), s.d, rng), dt);
   w.g1 = round_to(random_gamma(s.d, rng), dt);
   w.g2 = round_to(random_gamma(s.d, rng), dt);
+  if (qk) {
+    w.qk = true;
+    w.norm.q_gamma = round_to(random_gamma(s.hd, rng), CODA_FP32);
+    w.norm.k_gamma = round_to(random_gamma(s.hd, rng), CODA_FP32);
+    w.norm.eps = 1e-6;
+  }
   return w;
 }
 
@@ -75,6 +85,11 @@ Saved ref_forward(Shape const& s, Weights const& w, Matrix const& y0, Matrix con
   Swiglu const gate_up = linear_rowscale_swiglu(out_proj.h, w.wgu, out_proj.rstd);
   ResidualRmsnorm const down_proj = linear_residual_rmsnorm(gate_up.y, w.wd, out_proj.x, w.g2, kEps);
   o.x1 = out_proj.x, o.rstd1 = out_proj.rstd, o.z1 = gate_up.z, o.x2 = down_proj.x, o.rstd2 = down_proj.rstd;
+  if (w.qk) {
+    o.z = linear_rowscale(down_proj.h, w.wqkv, down_proj.rstd);
+    o.qkv = linear_rowscale_qk_norm_rope(down_proj.h, w.wqkv, down_proj.rstd, w.norm, pos, freq, s.heads());
+    return o;
+  }
   o.qkv = linear_rowscale_rope(down_proj.h, w.wqkv, down_proj.rstd, pos, freq, s.heads());
   return o;
 }
@@ -86,6 +101,12 @@ Saved unf_forward(Shape const& s, Weights const& w, Matrix const& y0, Matrix con
   Swiglu const gate_up = linear_rowscale_swiglu_unfused(out_proj.h, w.wgu, out_proj.rstd, dt);
   ResidualRmsnorm const down_proj = linear_residual_rmsnorm_unfused(gate_up.y, w.wd, out_proj.x, w.g2, kEps, dt);
   o.x1 = out_proj.x, o.rstd1 = out_proj.rstd, o.z1 = gate_up.z, o.x2 = down_proj.x, o.rstd2 = down_proj.rstd;
+  if (w.qk) {
+    o.z = linear_rowscale_unfused(down_proj.h, w.wqkv, down_proj.rstd, dt);
+    o.qkv = linear_rowscale_qk_norm_rope_unfused(down_proj.h, w.wqkv, down_proj.rstd, w.norm, pos, freq, s.heads(),
+                                                 dt, RopeAngles::kExact);
+    return o;
+  }
   o.qkv =
       linear_rowscale_rope_unfused(down_proj.h, w.wqkv, down_proj.rstd, pos, freq, s.heads(), dt, RopeAngles::kExact);
   return o;
@@ -102,9 +123,17 @@ Matrix weight_grad(Matrix const& dz, Matrix const& a, bool unfused, coda_dtype d
 Grads backward(Shape const& s, Weights const& w, Matrix const& y0, Positions const& pos, Vector const& freq,
                Saved const& sv, Matrix const& dqkv, Matrix const* dx2_in, bool unfused, coda_dtype dt) {
   Grads g;
-  RopeBwd const qkv_bwd = unfused
-                              ? rope_bwd_zdz_unfused(sv.qkv, dqkv, pos, freq, s.heads(), s.d, dt, RopeAngles::kExact)
-                              : rope_bwd_zdz(sv.qkv, dqkv, pos, freq, s.heads(), s.d);
+  RopeBwd qkv_bwd;
+  if (w.qk) {
+    QkNormRopeBwd const qb =
+        unfused ? qk_norm_rope_bwd_unfused(sv.z, dqkv, w.norm, pos, freq, s.heads(), s.d, dt, RopeAngles::kExact)
+                : qk_norm_rope_bwd(sv.z, sv.qkv, dqkv, w.norm, pos, freq, s.heads(), s.d);
+    qkv_bwd.dz = qb.dz, qkv_bwd.zdz = qb.zdz;
+    g.dgq = qb.dq_gamma, g.dgk = qb.dk_gamma;
+  } else {
+    qkv_bwd = unfused ? rope_bwd_zdz_unfused(sv.qkv, dqkv, pos, freq, s.heads(), s.d, dt, RopeAngles::kExact)
+                      : rope_bwd_zdz(sv.qkv, dqkv, pos, freq, s.heads(), s.d);
+  }
   ResidualRmsnormBwd const norm2 =
       unfused ? linear_residual_rmsnorm_bwd_unfused(qkv_bwd.dz, w.wqkv, sv.x2, w.g2, sv.rstd2, dx2_in, 1.0, dt)
               : linear_residual_rmsnorm_bwd(qkv_bwd.dz, w.wqkv, sv.x2, w.g2, sv.rstd2, qkv_bwd.zdz, dx2_in, 1.0);
@@ -174,6 +203,7 @@ struct DevBlock {
   Dev wo, g1, wgu, wd, g2, wqkv;
   Dev x1, rstd1, z1, x2, rstd2, qkv;
   Dev gwo, gg1, gwgu, gwd, gg2, gwqkv;
+  Dev qg, kg, z, gqg, gkg;  // QK-norm (allocated always, handed to the block only with it)
   coda_block_weights weights{};
   coda_block_saved saved{};
   coda_block_grads grads{};
@@ -186,12 +216,20 @@ struct DevBlock {
         x1(dt, s.M, s.d), rstd1(CODA_FP32, s.M), z1(dt, s.M, 2 * s.F), x2(dt, s.M, s.d), rstd2(CODA_FP32, s.M),
         qkv(dt, s.M, s.W()),
         gwo(CODA_FP32, s.d, s.qo()), gg1(CODA_FP32, s.d), gwgu(CODA_FP32, 2 * s.F, s.d), gwd(CODA_FP32, s.d, s.F),
-        gg2(CODA_FP32, s.d), gwqkv(CODA_FP32, s.W(), s.d) {
+        gg2(CODA_FP32, s.d), gwqkv(CODA_FP32, s.W(), s.d),
+        qg(CODA_FP32, s.hd), kg(CODA_FP32, s.hd), z(dt, s.M, s.W()), gqg(CODA_FP32, s.hd), gkg(CODA_FP32, s.hd) {
     config = {sizeof(coda_block_config), s.d, s.F, s.hq, s.hkv, s.hd, static_cast<float>(kEps), 0.0f, 0u};
     wo.set(w.wo), g1.set(w.g1), wgu.set(w.wgu), wd.set(w.wd), g2.set(w.g2), wqkv.set(w.wqkv);
     weights = {sizeof(coda_block_weights), wo.t, g1.t, wgu.t, wd.t, g2.t, wqkv.t, coda_tensor{}, coda_tensor{}};
     saved = {sizeof(coda_block_saved), x1.t, rstd1.t, z1.t, x2.t, rstd2.t, qkv.t, coda_tensor{}};
     grads = {sizeof(coda_block_grads), gwo.t, gg1.t, gwgu.t, gwd.t, gg2.t, gwqkv.t, coda_tensor{}, coda_tensor{}};
+    if (w.qk) {
+      qg.set(w.norm.q_gamma), kg.set(w.norm.k_gamma);
+      config.qk_eps = static_cast<float>(w.norm.eps);
+      weights.q_gamma = qg.t, weights.k_gamma = kg.t;
+      saved.z = z.t;
+      grads.q_gamma = gqg.t, grads.k_gamma = gkg.t;
+    }
   }
 
   void forward(coda_tensor const& y0, coda_tensor const& x0, coda_tensor const& pos, coda_tensor const& freq) {
@@ -217,12 +255,17 @@ struct DevBlock {
   }
 
   Saved saved_values() const {
-    return {x1.matrix(), z1.matrix(), x2.matrix(), qkv.matrix(), rstd1.vector(), rstd2.vector()};
+    Saved o;
+    o.x1 = x1.matrix(), o.z1 = z1.matrix(), o.x2 = x2.matrix(), o.qkv = qkv.matrix();
+    o.rstd1 = rstd1.vector(), o.rstd2 = rstd2.vector();
+    if (config.qk_eps > 0) o.z = z.matrix();
+    return o;
   }
   Grads weight_grads() const {
     Grads g;
     g.dwo = gwo.matrix(), g.dwgu = gwgu.matrix(), g.dwd = gwd.matrix(), g.dwqkv = gwqkv.matrix();
     g.dg1 = gg1.vector(), g.dg2 = gg2.vector();
+    if (config.qk_eps > 0) g.dgq = gqg.vector(), g.dgk = gkg.vector();
     return g;
   }
 };
@@ -234,6 +277,9 @@ void expect_saved(std::string const& what, Saved const& c, Saved const& u, Saved
   EXPECT_TRUE(Accepted(what + " x2", acceptance(c.x2, u.x2, r.x2), print));
   EXPECT_TRUE(Accepted(what + " rstd2", acceptance(c.rstd2, u.rstd2, r.rstd2), print));
   EXPECT_TRUE(Accepted(what + " qkv", acceptance(c.qkv, u.qkv, r.qkv), print));
+  if (r.z.rows > 0) {
+    EXPECT_TRUE(Accepted(what + " z", acceptance(c.z, u.z, r.z), print));
+  }
 }
 
 void expect_weight_grads(std::string const& what, Grads const& c, Grads const& u, Grads const& r, bool print) {
@@ -243,6 +289,10 @@ void expect_weight_grads(std::string const& what, Grads const& c, Grads const& u
   EXPECT_TRUE(Accepted(what + " dW_qkv", acceptance(c.dwqkv, u.dwqkv, r.dwqkv), print));
   EXPECT_TRUE(Accepted(what + " dgamma1", acceptance(c.dg1, u.dg1, r.dg1), print));
   EXPECT_TRUE(Accepted(what + " dgamma2", acceptance(c.dg2, u.dg2, r.dg2), print));
+  if (!r.dgq.empty()) {
+    EXPECT_TRUE(Accepted(what + " dq_gamma", acceptance(c.dgq, u.dgq, r.dgq), print));
+    EXPECT_TRUE(Accepted(what + " dk_gamma", acceptance(c.dgk, u.dgk, r.dgk), print));
+  }
 }
 
 /// One block: forward (all saved tensors), then backward with or without an incoming dx2.
@@ -254,9 +304,9 @@ struct BlockInputs {
   Positions pos;
   Vector freq;
   Matrix dqkv, dx2;
-  BlockInputs(Shape const& s, coda_dtype dt, uint64_t seed) {
+  BlockInputs(Shape const& s, coda_dtype dt, uint64_t seed, bool qk = false) {
     Rng rng(seed);
-    w = random_weights(s, rng, dt);
+    w = random_weights(s, rng, dt, qk);
     y0 = round_to(random_activation(s.M, s.qo(), rng), dt);
     x0 = round_to(random_residual(s.M, s.d, rng), dt);
     pos = random_positions(s.M, 8192, rng);
@@ -266,11 +316,11 @@ struct BlockInputs {
   }
 };
 
-void check_block(Shape const& s, coda_dtype dt, bool with_dx2, uint64_t seed, bool print) {
+void check_block(Shape const& s, coda_dtype dt, bool with_dx2, uint64_t seed, bool print, bool qk = false) {
   std::string const what = std::string("block ") + coda::test::dtype_name(dt) + " " + s.name() +
-                           (with_dx2 ? " dx2" : " no dx2");
+                           (with_dx2 ? " dx2" : " no dx2") + (qk ? " QK-norm" : "");
   SCOPED_TRACE(what);
-  BlockInputs const in(s, dt, seed);
+  BlockInputs const in(s, dt, seed, qk);
   Weights const& w = in.w;
   Matrix const &y0 = in.y0, &x0 = in.x0, &dqkv = in.dqkv, &dx2 = in.dx2;
   Positions const& pos = in.pos;
@@ -308,6 +358,20 @@ TEST(Block, ForwardBackward) {
   check_block({200, 256, 384, 4, 2, 64}, CODA_BF16, true, 1, true);     // GQA, awkward M
   check_block({129, 256, 264, 2, 2, 128}, CODA_BF16, false, 2, true);   // MHA, F not a tile multiple
   check_block({512, 1024, 2816, 8, 2, 128}, CODA_BF16, true, 3, true);  // llama-like proportions
+}
+
+// Layer i+1 with Qwen3's QK-norm (block.h version 2): linear_rowscale_qk_norm_rope last, z saved,
+// qk_norm_rope_bwd_zdz first in the backward with the q/k gamma gradients.
+TEST(Block, ForwardBackwardQkNorm) {
+  CODA_REQUIRE_SM90();
+  check_block({200, 256, 384, 4, 2, 64}, CODA_BF16, true, 11, true, true);
+  check_block({129, 256, 264, 2, 2, 128}, CODA_BF16, false, 12, true, true);
+  check_block({200, 256, 384, 4, 2, 64}, CODA_FP16, true, 13, true, true);
+}
+
+TEST(BlockSanitize, SmallQkNorm) {
+  CODA_REQUIRE_SM90();
+  check_block({72, 128, 136, 2, 1, 64}, CODA_BF16, true, 14, false, true);
 }
 
 TEST(Block, ForwardBackwardFp16) {
