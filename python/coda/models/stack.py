@@ -74,7 +74,8 @@ def qkv_projection(x, w, positions, inv_freq, hq, hkv, hd, eps, cache):
 # run the same fused kernels; the block saves h1, h2 and y1 and one autograd node per layer. Its QK-norm path has
 # passed the CPU tests (the float64 reference, the Qwen3 model against HF, the C ABI's validation) but has not run on a
 # GPU yet: off until tests/gpu/test_block.cpp's Block.ForwardBackwardQkNorm, tests/python/test_ops.py::
-# test_gpu_block_qk_norm and test_hf_qwen3.py::test_gpu_patch_qwen3[block] pass on an sm_90 machine. CODA_QK_NORM_BLOCK=1 turns it on for such a run (read at import).
+# test_gpu_block_qk_norm and test_hf_qwen3.py::test_gpu_patch_qwen3[block] pass on an sm_90 machine.
+# CODA_QK_NORM_BLOCK=1 turns it on for such a run (read at import).
 QK_NORM_BLOCK = os.environ.get("CODA_QK_NORM_BLOCK", "0") == "1"
 
 
