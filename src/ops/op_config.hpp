@@ -28,7 +28,8 @@ int pinned_config(char const* op, gemm::KernelInfo const* const* infos, int coun
 /// is unset or empty. The C ABI's fused entry points call it with their argument checks, so a bad value is refused
 /// before a composite call (the block, the LM head) launches anything. What it cannot know ahead, a global pin that one
 /// of the ops does not compile (pp_128x192x64_c2x1 is linear_rowscale_swiglu's only, pp_128x192x64_c2x1_e16
-/// linear_swiglu_bwd_zdz's; fp16 has only pingpong 128x128), is refused by that op when it runs.
+/// linear_swiglu_bwd_zdz's; fp16 has one pingpong 128x128 config per kind, _e128 for linear_rowscale_qk_norm_rope), is
+/// refused by that op when it runs.
 void check_op_config();
 
 /// The kernel a fused op runs: the pinned one (CODA_OP_CONFIG) or the op's default, and its scheduler knobs.
