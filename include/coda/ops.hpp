@@ -81,6 +81,25 @@ struct Workspace {
   size_t bytes = 0;
 };
 
+namespace detail {
+inline coda_tensor const* c_arg(TensorView const& t) { return &t; }
+inline coda_tensor* c_arg(TensorView& t) { return &t; }
+template <class T>
+T&& c_arg(T&& v) {  // scalars, streams, workspace pointers, nullptr for an optional tensor
+  return static_cast<T&&>(v);
+}
+}  // namespace detail
+
+/// Any C entry point with TensorViews for its tensor parameters, throwing coda::Error on failure: the generic form of
+/// the named wrappers below (which add defaults and the Workspace pair), so an op is callable from C++ without one,
+/// e.g. `coda::call(coda_linear_rowscale, h, w, rstd, y, nullptr, 0, stream)`. Arguments in the C order; a tensor
+/// the C function takes as `const coda_tensor*` may be a const TensorView, an output must be a non-const one.
+template <class... Params, class... Args>
+void call(coda_status (*fn)(Params...), Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "coda::call: the C function takes another number of arguments");
+  check(fn(detail::c_arg(static_cast<Args&&>(args))...));
+}
+
 // ---- library and device --------------------------------------------------------------------------------------
 inline int version() { return coda_version(); }
 /// True when `device` (-1: current) is sm_90. Throws coda::Error when no CUDA device/driver exists.

@@ -847,6 +847,29 @@ TEST(Abi, CppLinearCrossEntropyWrapper) {
   EXPECT_TRUE(pool.untouched());
 }
 
+TEST(Abi, CppGenericCallPassesViewsAndThrows) {
+  TensorPool pool;
+  coda::TensorView const h(pool.make(CODA_BF16, {M, K}).data, CODA_BF16, {M, K}, 0);
+  coda::TensorView const w(pool.make(CODA_BF16, {N, K}).data, CODA_BF16, {N, K}, 0);
+  coda::TensorView const rstd(pool.make(CODA_FP32, {M}).data, CODA_FP32, {M}, 0);
+  coda::TensorView y(pool.make(CODA_BF16, {M, N}).data, CODA_BF16, {M, N}, 0);
+  try {  // valid arguments: the device stage (no sm_90 here, or host memory on one)
+    coda::call(coda_linear_rowscale, h, w, rstd, y, nullptr, size_t{0}, nullptr);
+    FAIL() << "expected coda::Error";
+  } catch (coda::Error const& e) {
+    EXPECT_TRUE(e.status() == CODA_ERROR_ARCH || e.status() == CODA_ERROR_DEVICE) << e.what();
+  }
+  coda::TensorView short_rstd(pool.make(CODA_FP32, {M - 1}).data, CODA_FP32, {M - 1}, 0);
+  try {  // a rule: the status and the argument's name, as the C call gives them
+    coda::call(coda_linear_rowscale, h, w, short_rstd, y, nullptr, size_t{0}, nullptr);
+    FAIL() << "expected coda::Error";
+  } catch (coda::Error const& e) {
+    EXPECT_EQ(e.status(), CODA_ERROR_SHAPE);
+    EXPECT_NE(std::string(e.what()).find("rstd"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(pool.untouched());
+}
+
 TEST(Abi, CppTensorViewTranspose) {
   coda::TensorView v(nullptr, CODA_BF16, {3, 5}, 0);
   coda::TensorView const t = v.t();
