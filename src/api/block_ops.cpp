@@ -205,6 +205,24 @@ void require_workspace_disjoint(void* workspace, size_t bytes, int device, std::
   api::check_disjoint({{&view, "workspace"}}, tensors);
 }
 
+/// The saved and weight tensors as named arguments of the shared checks (the QK-norm ones NULL without it).
+struct SavedArgs {
+  Arg x1, rstd1, z1, x2, rstd2, qkv, z;
+};
+SavedArgs saved_args(coda_block_saved const& sv, bool qk_norm) {
+  return {{&sv.x1, "saved.x1"}, {&sv.rstd1, "saved.rstd1"}, {&sv.z1, "saved.z1"}, {&sv.x2, "saved.x2"},
+          {&sv.rstd2, "saved.rstd2"}, {&sv.qkv, "saved.qkv"}, optional(sv.z, "saved.z", qk_norm)};
+}
+
+struct WeightArgs {
+  Arg w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma, k_gamma;
+};
+WeightArgs weight_args(coda_block_weights const& w, bool qk_norm) {
+  return {{&w.w_o, "weights.w_o"},       {&w.gamma1, "weights.gamma1"}, {&w.w_gu, "weights.w_gu"},
+          {&w.w_down, "weights.w_down"}, {&w.gamma2, "weights.gamma2"}, {&w.w_qkv, "weights.w_qkv"},
+          optional(w.q_gamma, "weights.q_gamma", qk_norm), optional(w.k_gamma, "weights.k_gamma", qk_norm)};
+}
+
 // ---- forward -----------------------------------------------------------------------------------------------------
 
 struct ForwardPlan {
@@ -292,14 +310,9 @@ CODA_API coda_status coda_block_forward(const coda_block_config* config, const c
     coda_block_weights const w = check_weights(weights, Y0, s, cfg);
     api::check_rope_args(P, IF, cfg.n_q_heads, cfg.n_kv_heads, cfg.head_dim, s.M);
     coda_block_saved const sv = check_saved(saved, Y0, s, qk_norm);
-    Arg const X1{&sv.x1, "saved.x1"}, R1{&sv.rstd1, "saved.rstd1"}, Z1{&sv.z1, "saved.z1"};
-    Arg const X2{&sv.x2, "saved.x2"}, R2{&sv.rstd2, "saved.rstd2"}, Q{&sv.qkv, "saved.qkv"};
-    Arg const Z = optional(sv.z, "saved.z", qk_norm);
+    auto const [X1, R1, Z1, X2, R2, Q, Z] = saved_args(sv, qk_norm);
     api::require_same_or_disjoint(X1, X0);  // x1 may replace x0 in place
-    Arg const WO{&w.w_o, "weights.w_o"}, G1{&w.gamma1, "weights.gamma1"}, WGU{&w.w_gu, "weights.w_gu"};
-    Arg const WD{&w.w_down, "weights.w_down"}, G2{&w.gamma2, "weights.gamma2"}, WQ{&w.w_qkv, "weights.w_qkv"};
-    Arg const GQ = optional(w.q_gamma, "weights.q_gamma", qk_norm);
-    Arg const GK = optional(w.k_gamma, "weights.k_gamma", qk_norm);
+    auto const [WO, G1, WGU, WD, G2, WQ, GQ, GK] = weight_args(w, qk_norm);
     api::check_disjoint({X1, R1, Z1, X2, R2, Q, Z}, {Y0, P, IF, WO, G1, WGU, WD, G2, WQ, GQ, GK});
     api::check_disjoint({X2, R1, Z1, R2, Q, Z}, {X0});
     ForwardPlan const plan = plan_forward(s, workspace);
@@ -371,19 +384,14 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     coda_block_weights const w = check_weights(weights, Y0, s, cfg);
     api::check_rope_args(P, IF, cfg.n_q_heads, cfg.n_kv_heads, cfg.head_dim, s.M);
     coda_block_saved const sv = check_saved(saved, Y0, s, qk_norm);
-    Arg const X1{&sv.x1, "saved.x1"}, R1{&sv.rstd1, "saved.rstd1"}, Z1{&sv.z1, "saved.z1"};
-    Arg const X2{&sv.x2, "saved.x2"}, R2{&sv.rstd2, "saved.rstd2"}, Q{&sv.qkv, "saved.qkv"};
-    Arg const Z = optional(sv.z, "saved.z", qk_norm);
+    auto const [X1, R1, Z1, X2, R2, Q, Z] = saved_args(sv, qk_norm);
     Arg const DQ{dqkv, "dqkv"}, DX2{dx2, "dx2"}, DY0{dy0_out, "dy0_out"}, DX0{dx0_out, "dx0_out"};
     api::check_activation(DQ, Y0, s.M, s.W, "M", "(n_q_heads + 2 n_kv_heads) * head_dim");
     if (dx2 != nullptr) api::check_activation(DX2, Y0, s.M, s.d, "M", "hidden_size");
     api::check_activation(DY0, Y0, s.M, s.qo, "M", "n_q_heads * head_dim");
     api::check_activation(DX0, Y0, s.M, s.d, "M", "hidden_size");
     coda_block_grads g = checked_struct(grads, "grads", "coda_block_grads", "CODA_BLOCK_GRADS_INIT");
-    Arg const WO{&w.w_o, "weights.w_o"}, G1{&w.gamma1, "weights.gamma1"}, WGU{&w.w_gu, "weights.w_gu"};
-    Arg const WD{&w.w_down, "weights.w_down"}, G2{&w.gamma2, "weights.gamma2"}, WQ{&w.w_qkv, "weights.w_qkv"};
-    Arg const GQ = optional(w.q_gamma, "weights.q_gamma", qk_norm);
-    Arg const GK = optional(w.k_gamma, "weights.k_gamma", qk_norm);
+    auto const [WO, G1, WGU, WD, G2, WQ, GQ, GK] = weight_args(w, qk_norm);
     Arg const GWO{&g.w_o, "grads.w_o"}, GG1{&g.gamma1, "grads.gamma1"}, GWGU{&g.w_gu, "grads.w_gu"};
     Arg const GWD{&g.w_down, "grads.w_down"}, GG2{&g.gamma2, "grads.gamma2"}, GWQ{&g.w_qkv, "grads.w_qkv"};
     Arg const GGQ = optional(g.q_gamma, "grads.q_gamma", qk_norm);
