@@ -196,7 +196,11 @@ def library():
         if not hasattr(lib, "coda_abi_declarations"):
             tried.append(f"{path} (built from an older checkout without coda_abi_declarations: rebuild it)")
             continue
-        _declare(lib)
+        try:
+            _declare(lib)
+        except (RuntimeError, AttributeError) as e:  # a C type _C.py cannot declare: the load fails, saying why
+            tried.append(f"{path} ({e})")
+            continue
         _lib = lib
         return lib
     _load_error = ("coda: libcoda could not be loaded; tried: " + "; ".join(tried) +

@@ -314,10 +314,11 @@ def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq,
 
     y0 [..., hq hd]; x0 [..., d]; weights as in swiglu_mlp and rmsnorm_qkv_rope (CODA layouts); positions [...];
     inv_freq [hd/2]. Returns (x2 [..., d], qkv [..., (hq + 2 hkv) hd]). Forward: 4 fused GEMMs; backward: 3 fused
-    dgrads + 5 plain GEMMs (coda_block_backward). Saves x1, rstd1, z1, x2, rstd2, qkv (h1, h2, y1 and the pre-RoPE
-    q/k/v are not stored). The backward overwrites the saved z1 with dz1 (no extra [tokens, 2F] buffer), so a graph
-    through a block can be backpropagated once: a second backward (retain_graph=True, gradcheck) is refused by
-    autograd's version check. inplace_backward=False keeps z1 (the backward works on a copy) for such uses.
+    dgrads + 5 plain GEMMs (coda_block_backward). Saves x1, rstd1, z1, x2, rstd2, qkv, with the QK-norm also z (h1,
+    h2, y1 and, without the QK-norm, the pre-RoPE q/k/v are not stored). The backward overwrites the saved z1 with
+    dz1 (no extra [tokens, 2F] buffer), so a graph through a block can be backpropagated once: a second backward
+    (retain_graph=True, gradcheck) is refused by autograd's version check. inplace_backward=False keeps z1 (the
+    backward works on a copy) for such uses.
     """
     tensors = (y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq)
     qk = (q_gamma, k_gamma) if q_gamma is not None or k_gamma is not None else ()

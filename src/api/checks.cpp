@@ -1,5 +1,7 @@
 #include "api/checks.hpp"
 
+#include "ops/op_config.hpp"
+
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -81,9 +83,7 @@ void check_qk_norm_args(Arg q_gamma, Arg k_gamma, int32_t head_dim, float eps, c
       fail(CODA_ERROR_MISALIGNED, g.name, ": data must be 8-byte aligned (read as float pairs)");
     }
   }
-  if (!(eps > 0.0f) || !std::isfinite(eps)) {
-    fail(CODA_ERROR_INVALID_ARGUMENT, eps_name, ": must be finite and > 0, got ", eps);
-  }
+  check_eps(eps, eps_name);
 }
 
 void check_ce_options(coda_ce_options const& o) {
@@ -126,10 +126,29 @@ void check_grad_loss(Arg grad_loss, int64_t M, bool per_row, char const* source)
   }
 }
 
-void check_eps(float eps) {
+void check_eps(float eps, char const* name) {
   if (!(eps > 0.0f) || !std::isfinite(eps)) {
-    fail(CODA_ERROR_INVALID_ARGUMENT, "eps: must be finite and > 0, got ", eps);
+    fail(CODA_ERROR_INVALID_ARGUMENT, name, ": must be finite and > 0, got ", eps);
   }
+}
+
+int require_fused_launch(std::initializer_list<Arg> tensors) {
+  int const device = require_same_device(tensors);
+  coda::ops::check_op_config();
+  require_kernel_device(device, tensors);
+  return device;
+}
+
+int64_t check_rope_input(Arg t, Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim) {
+  require_tensor(t);
+  require_rank(t, 2);
+  require_dtype(t, {CODA_BF16, CODA_FP16});
+  require_row_major(t);
+  require_tma_aligned(t, true);
+  int64_t const M = t.size(0);
+  int64_t const width = check_rope_args(positions, inv_freq, n_q_heads, n_kv_heads, head_dim, M);
+  require_size(t, 1, width, "(n_q_heads + 2*n_kv_heads)*head_dim", "the head counts");
+  return M;
 }
 
 size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }

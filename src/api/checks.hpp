@@ -37,8 +37,15 @@ void check_ce_options(coda_ce_options const& o);
 void check_grad_loss(Arg grad_loss, int64_t M, bool per_row, char const* source);
 /// The loss output of a cross-entropy op: fp32, [M] for reduction none (per_row), else a rank-0 scalar.
 void check_loss_out(Arg loss, int64_t M, bool per_row, char const* source);
-/// eps > 0 and finite.
-void check_eps(float eps);
+/// An epsilon (named `name`): > 0 and finite.
+void check_eps(float eps, char const* name = "eps");
+/// The last checks of a fused op's entry point, after its argument rules: every tensor on one device, a valid
+/// CODA_OP_CONFIG (refused before any launch, so a composite call fails before its first step), and a device that
+/// runs CODA's kernels. Returns the device.
+int require_fused_launch(std::initializer_list<Arg> tensors);
+/// A [M, (n_q_heads + 2 n_kv_heads) head_dim] bf16|fp16 q/k/v-shaped input (row-major, TMA-aligned) with the RoPE
+/// arguments check_rope_args checks. Returns M.
+int64_t check_rope_input(Arg t, Arg positions, Arg inv_freq, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim);
 
 /// Bytes of a per-(row, N-tile) fp32 partials buffer, an upper bound over the tile configs (N tile >= 128, M
 /// padded to 256), rounded up to 256 bytes.

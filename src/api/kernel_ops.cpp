@@ -5,8 +5,6 @@
 #include <coda/coda.h>
 #include <cuda_runtime_api.h>
 
-#include <cmath>
-
 #include "api/checks.hpp"
 #include "api/guard.hpp"
 #include "kernels/kernels.hpp"
@@ -157,14 +155,8 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
   return guarded("coda_rope_bwd_zdz", [&] {
     Arg const Q{qkv, "qkv"}, DQ{dqkv, "dqkv"}, P{positions, "positions"}, F{inv_freq, "inv_freq"};
     Arg const DZ{dz_out, "dz_out"}, Z{zdz_out, "zdz_out"};
-    api::require_tensor(Q);
-    api::require_rank(Q, 2);
-    api::require_dtype(Q, {CODA_BF16, CODA_FP16});
-    api::require_row_major(Q);
-    api::require_tma_aligned(Q, true);
-    int64_t const M = Q.size(0);
-    int64_t const width = api::check_rope_args(P, F, n_q_heads, n_kv_heads, head_dim, M);
-    api::require_size(Q, 1, width, "(n_q_heads + 2*n_kv_heads)*head_dim", "the head counts");
+    int64_t const M = api::check_rope_input(Q, P, F, n_q_heads, n_kv_heads, head_dim);
+    int64_t const width = Q.size(1);
     api::check_activation(DQ, Q, M, width, "M", "qkv width");
     if (hidden_size <= 0) fail(CODA_ERROR_INVALID_ARGUMENT, "hidden_size: must be > 0, got ", hidden_size);
     api::check_activation(DZ, Q, M, width, "M", "qkv width");
@@ -197,27 +189,17 @@ CODA_API coda_status coda_qk_norm_rope_bwd_zdz(const coda_tensor* z, const coda_
     Arg const Zi{z, "z"}, DQ{dqkv, "dqkv"}, GQ{q_gamma, "q_gamma"}, GK{k_gamma, "k_gamma"};
     Arg const P{positions, "positions"}, F{inv_freq, "inv_freq"}, DZ{dz_out, "dz_out"}, ZD{zdz_out, "zdz_out"};
     Arg const DGQ{dq_gamma_out, "dq_gamma_out"}, DGK{dk_gamma_out, "dk_gamma_out"};
-    api::require_tensor(Zi);
-    api::require_rank(Zi, 2);
-    api::require_dtype(Zi, {CODA_BF16, CODA_FP16});
-    api::require_row_major(Zi);
-    api::require_tma_aligned(Zi, true);
-    int64_t const M = Zi.size(0);
-    int64_t const width = api::check_rope_args(P, F, n_q_heads, n_kv_heads, head_dim, M);
-    api::require_size(Zi, 1, width, "(n_q_heads + 2*n_kv_heads)*head_dim", "the head counts");
+    int64_t const M = api::check_rope_input(Zi, P, F, n_q_heads, n_kv_heads, head_dim);
+    int64_t const width = Zi.size(1);
     api::check_activation(DQ, Zi, M, width, "M", "qkv width");
     for (Arg const& g : {GQ, GK, DGQ, DGK}) api::check_vector(g, head_dim, {CODA_FP32}, "head_dim", "head_dim");
-    if (!(qk_eps > 0.0f) || !std::isfinite(qk_eps)) {
-      fail(CODA_ERROR_INVALID_ARGUMENT, "qk_eps: must be finite and > 0, got ", qk_eps);
-    }
+    api::check_eps(qk_eps, "qk_eps");
     if (hidden_size <= 0) fail(CODA_ERROR_INVALID_ARGUMENT, "hidden_size: must be > 0, got ", hidden_size);
     api::check_activation(DZ, Zi, M, width, "M", "qkv width");
     api::check_vector(ZD, M, {CODA_FP32}, "M", "z.sizes[0]");
     api::require_same_or_disjoint(DZ, DQ);  // in place over dqkv is allowed
     api::check_disjoint({DZ}, {Zi, GQ, GK, P, F});
-    api::check_disjoint({ZD, DGQ, DGK}, {Zi, DQ, GQ, GK, P, F, DZ});
-    api::check_disjoint({ZD}, {DGQ, DGK});
-    api::check_disjoint({DGQ}, {DGK});
+    api::check_disjoint({ZD, DGQ, DGK}, {Zi, DQ, GQ, GK, P, F, DZ});  // the three outputs pairwise too
     api::require_workspace("coda_qk_norm_rope_bwd_zdz", workspace, workspace_bytes,
                            coda_qk_norm_rope_bwd_zdz_workspace_size(M, head_dim));
     int const device = api::require_same_device({Zi, DQ, GQ, GK, P, F, DZ, ZD, DGQ, DGK});

@@ -168,9 +168,7 @@ CODA_API coda_status coda_linear_cross_entropy_bwd(const coda_tensor* h, const c
     api::check_disjoint({DW, DG, L}, {DXI});
     Plan const p = plan(M, V, d, chunk_rows, workspace);
     api::require_workspace("coda_linear_cross_entropy_bwd", workspace, workspace_bytes, p.total);
-    int const device = api::require_same_device({Hh, W, S, X, G, T, GL, DXI, DX, DW, DG, L});
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {Hh, W, S, X, G, T, GL, DXI, DX, DW, DG, L});
+    int const device = api::require_fused_launch({Hh, W, S, X, G, T, GL, DXI, DX, DW, DG, L});
     auto const st = static_cast<cudaStream_t>(stream);
 
     if (M == 0) {  // empty sums: dW = 0, dgamma = 0; dx = dx_in (or 0)

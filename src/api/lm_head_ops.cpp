@@ -39,10 +39,8 @@ CODA_API coda_status coda_linear_cross_entropy(const coda_tensor* h, const coda_
     api::check_disjoint({L, LS}, {Hh, W, S, T});
     api::require_workspace("coda_linear_cross_entropy", workspace, workspace_bytes,
                            coda_linear_cross_entropy_workspace_size(s.M, s.N, chunk_rows));
-    int const device = api::require_same_device({Hh, W, S, T, L, LS});
     bool const fp16 = Hh.dtype() == CODA_FP16;
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {Hh, W, S, T, L, LS});
+    api::require_fused_launch({Hh, W, S, T, L, LS});
     auto const st = static_cast<cudaStream_t>(stream);
     if (s.M == 0) {
       // Like coda_cross_entropy: an empty mean/sum is 0.

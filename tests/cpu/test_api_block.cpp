@@ -149,8 +149,11 @@ TEST(BlockApi, Version1StructsAreAccepted) {
   EXPECT_EQ(b.w.struct_size, 8 + 6 * sizeof(coda_tensor));
   EXPECT_EQ(coda_block_forward_workspace_size(&b.config, kM), v2_fwd);
   EXPECT_EQ(coda_block_backward_workspace_size(&b.config, kM), v2_bwd);
-  b.config.qk_eps = 1.0f;  // beyond a version-1 struct: never read
+  // Beyond a version-1 struct, in each of the four: never read (else each would be refused as set without qk_eps).
+  b.config.qk_eps = 1.0f;
   b.w.q_gamma = pool.make(CODA_FP32, {kHd});
+  b.g.k_gamma = pool.make(CODA_FP32, {kHd});
+  b.saved.z = pool.make(CODA_BF16, {kM, kW});
   EXPECT_DEVICE_STAGE(b.forward(), "y0:");
   EXPECT_DEVICE_STAGE(b.backward(&b.dx2), "y0:");
 }
@@ -174,6 +177,10 @@ TEST(BlockApi, QkNormRules) {
   b.w.q_gamma = pool.make(CODA_FP32, {kHd / 2});
   EXPECT_REJECTED(b.forward(), CODA_ERROR_SHAPE, "weights.q_gamma", "head_dim");
   b.w.q_gamma = gq;
+  coda_tensor const gk = b.w.k_gamma;
+  b.w.k_gamma = coda_tensor{};
+  EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "weights.k_gamma", "required with config.qk_eps > 0");
+  b.w.k_gamma = gk;
   b.saved.z = coda_tensor{};
   EXPECT_REJECTED(b.forward(), CODA_ERROR_INVALID_ARGUMENT, "saved.z");
   b.saved.z = b.saved.qkv;  // the output and the pre-norm z must not overlap

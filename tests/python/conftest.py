@@ -26,7 +26,10 @@ def gpu_reason():
     if not torch.cuda.is_available():
         return "no CUDA device"
     if not coda.available():
-        return "libcoda not built/loadable (tools/build, or set CODA_LIBRARY)"
+        try:
+            coda._C.library()
+        except RuntimeError as e:
+            return f"libcoda not built/loadable (tools/build, or set CODA_LIBRARY): {e}"
     if not coda.device_supported():
         return f"device is {torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))}), CODA kernels need sm_90"
     return None

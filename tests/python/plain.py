@@ -55,12 +55,13 @@ def swiglu_mlp(x, gamma, w_gu, w_down, eps):
 
 
 def block(y0, x0, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps, q_gamma=None,
-          k_gamma=None):
+          k_gamma=None, qk_eps=None):
     x1 = y0 @ w_o.T + x0
     x2 = swiglu_mlp(x1, gamma1, w_gu, w_down, eps)
     if q_gamma is not None:
-        return x2, rmsnorm_qkv_qk_norm_rope(x2, gamma2, w_qkv, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd,
-                                            eps)
+        z = rmsnorm_linear(x2, gamma2, w_qkv, eps)
+        qk_eps = eps if qk_eps is None else qk_eps
+        return x2, qk_norm_rope(z, q_gamma, k_gamma, positions, inv_freq, hq, hkv, hd, qk_eps)
     return x2, rmsnorm_qkv_rope(x2, gamma2, w_qkv, positions, inv_freq, hq, hkv, hd, eps)
 
 

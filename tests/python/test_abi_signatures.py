@@ -21,13 +21,26 @@ def header_text():
 
 def test_headers_parse():
     decl = _C.declarations(header_text())
-    assert len(decl) >= 40 and "coda_gemm" in decl and "coda_block_backward" in decl
+    # every CODA_API declaration parsed (one the pattern missed would go undeclared, its arguments unchecked)
+    stripped = re.sub(r"//[^\n]*", " ", re.sub(r"/\*.*?\*/", " ", header_text(), flags=re.S))
+    assert len(decl) == len(re.findall(r"^\s*CODA_API\b", stripped, flags=re.M)) >= 40
+    assert "coda_gemm" in decl and "coda_block_backward" in decl
     assert decl["coda_gemm"][1][:3] == ["constcoda_tensor*"] * 2 + ["coda_tensor*"]
     assert decl["coda_last_error"] == ("constchar*", [])
     assert decl["coda_ce_options_default"] == ("coda_ce_options", [])
     result, params = decl["coda_linear_rowscale_qk_norm_rope"]
     assert result == "coda_status" and params[7:11] == ["int32_t", "int32_t", "int32_t", "float"]
     assert params[-3:] == ["coda_tensor*", "coda_tensor*", "void*"]
+
+
+def test_every_public_header_with_functions_is_embedded():
+    """src/CMakeLists.txt embeds ABI_HEADERS' text in libcoda; a public header with C functions left out of it would
+    have them undeclared in Python."""
+    with_functions = {h.name for h in (ROOT / "include" / "coda").glob("*.h")
+                      if _C.declarations(h.read_text(encoding="utf-8"))}
+    assert with_functions == {h.name for h in ABI_HEADERS}
+    cmake = (ROOT / "src" / "CMakeLists.txt").read_text(encoding="utf-8")
+    assert all(f"include/coda/{h.name}" in cmake for h in ABI_HEADERS)
 
 
 def test_parser_drops_comments_and_parameter_names():

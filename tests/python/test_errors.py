@@ -339,12 +339,26 @@ def test_zero_tokens_work():
     assert coda.ops.linear_cross_entropy(x, _t(8), _t(16, 8), torch.zeros(2, 0, dtype=torch.long)).item() == 0.0
 
 
+def _c_parameters():
+    from pathlib import Path
+    headers = Path(__file__).resolve().parents[2] / "include" / "coda"
+    text = "".join((headers / h).read_text(encoding="utf-8") for h in ("coda.h", "block.h"))
+    return {name: params for name, (_, params) in coda._C.declarations(text).items()}
+
+
 class _Recorder:
-    """Stands in for libcoda in _kernels' calls: records every tensor descriptor it is given."""
+    """Stands in for libcoda in _kernels' calls: records every tensor descriptor it is given, and checks that each
+    call passes as many arguments as its C function takes (coda.h, block.h)."""
 
     def __init__(self, monkeypatch):
         self.calls = []
-        monkeypatch.setattr(coda._C, "call", lambda name, *args: self.calls.append((name, args)))
+        params = _c_parameters()
+
+        def call(name, *args):
+            assert len(args) == len(params[f"coda_{name}"]), (name, len(args))
+            self.calls.append((name, args))
+
+        monkeypatch.setattr(coda._C, "call", call)
         monkeypatch.setattr(coda._C, "workspace_size", lambda name, *args: 0)
         monkeypatch.setattr(coda._C, "stream", lambda device: None)
         lib = type("Lib", (), {"coda_block_forward_workspace_size": staticmethod(lambda *a: 0),
@@ -545,8 +559,13 @@ def test_cuda_block_packs_the_qk_norm_fields(qk_norm, monkeypatch):
         return out
 
     monkeypatch.setattr(K, "_float_pairs", float_pairs)
-    monkeypatch.setattr(C, "call", lambda name, *args: (rec.calls.append((name, args)),
-                                                         alive.append(all(r() is not None for r in copies[-2:]))))
+    recorded = C.call
+
+    def call(name, *args):
+        recorded(name, *args)
+        alive.append(all(r() is not None for r in copies[-2:]))
+
+    monkeypatch.setattr(C, "call", call)
     bf, M, d, hd = torch.bfloat16, 4, 64, 64
     w_o, g, w_gu, w_down = _t(d, hd, dtype=bf), _t(d, dtype=bf), _t(2 * d, d, dtype=bf), _t(d, d, dtype=bf)
     w_qkv, y0, x = _t(3 * hd, d, dtype=bf), _t(M, hd, dtype=bf), _t(M, d, dtype=bf)
@@ -564,12 +583,15 @@ def test_cuda_block_packs_the_qk_norm_fields(qk_norm, monkeypatch):
         cfg, weights = args[0], args[1]
         saved = args[6] if name == "block_forward" else args[5]
         assert cfg.struct_size == ctypes.sizeof(C.BlockConfig) and cfg.reserved == 0
-        assert (cfg.qk_eps > 0) == qk_norm
+        assert cfg.qk_eps == (pytest.approx(1e-6) if qk_norm else 0.0)
         for t in (weights.q_gamma, weights.k_gamma) + ((args[10].q_gamma, args[10].k_gamma) if name ==
                                                        "block_backward" else ()):
             if qk_norm:
                 assert (t.dtype, t.rank, t.sizes[0]) == (C.DTYPE[torch.float32], 1, hd) and t.data, name
             else:
                 assert bytes(t) == unset, name
-        assert (bytes(saved.z) != unset) == qk_norm, name
+        if qk_norm:
+            assert saved.z.data == z.data_ptr(), name
+        else:
+            assert bytes(saved.z) == unset, name
     assert len(copies) == (4 if qk_norm else 0)  # q and k, forward and backward

@@ -97,12 +97,15 @@ def _block_qk_case(seed, M, d, F, hq, hkv, hd, lead=()):
     return _block_case(seed, M, d, F, hq, hkv, hd, lead) + [I.norm(g, hd), I.norm(g, hd)]
 
 
+QK_EPS = 0.5  # the QK-norm's own epsilon, far from EPS: a qk_eps wired to eps shows in qkv
+
+
 def f_block_qk(hq, hkv, hd):
-    return lambda *a: coda.ops.block(*a[:10], hq, hkv, hd, EPS, q_gamma=a[10], k_gamma=a[11])
+    return lambda *a: coda.ops.block(*a[:10], hq, hkv, hd, EPS, q_gamma=a[10], k_gamma=a[11], qk_eps=QK_EPS)
 
 
 def p_block_qk(hq, hkv, hd):
-    return lambda *a: plain.block(*a[:10], hq, hkv, hd, EPS, a[10], a[11])
+    return lambda *a: plain.block(*a[:10], hq, hkv, hd, EPS, a[10], a[11], qk_eps=QK_EPS)
 
 
 def f_chain(x, gm, wo, wgu, wd):

@@ -88,10 +88,8 @@ CODA_API coda_status coda_linear_residual_rmsnorm(const coda_tensor* a, const co
     api::check_disjoint({H, S}, {A, W, R, G, X});
     api::require_workspace("coda_linear_residual_rmsnorm", workspace, workspace_bytes,
                            coda_linear_residual_rmsnorm_workspace_size(s.M, s.N));
-    int const device = api::require_same_device({A, W, R, G, X, H, S});
     bool const fp16 = A.dtype() == CODA_FP16;
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {A, W, R, G, X, H, S});
+    api::require_fused_launch({A, W, R, G, X, H, S});
     if (s.M == 0) return;
     coda::ops::linear_residual_rmsnorm(s.M, s.N, s.K, a->data, row_stride(A, s.K), w->data, row_stride(W, s.K),
                                        residual->data, row_stride(R, s.N), gamma->data, eps, x_out->data,

@@ -112,9 +112,7 @@ CODA_API coda_status coda_linear_residual_rmsnorm_bwd(const coda_tensor* dz, con
     api::check_disjoint({A, DG}, {DZ, W, X, G, S, ZD, DXI, DX});
     api::require_workspace("coda_linear_residual_rmsnorm_bwd", workspace, workspace_bytes,
                            coda_linear_residual_rmsnorm_bwd_workspace_size(s.M, s.N));
-    int const device = api::require_same_device({DZ, W, X, G, S, ZD, DXI, DX, A, DG});
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {DZ, W, X, G, S, ZD, DXI, DX, A, DG});
+    api::require_fused_launch({DZ, W, X, G, S, ZD, DXI, DX, A, DG});
     if (s.M == 0) {  // nothing to launch but dgamma = 0 (an empty sum)
       CODA_CUDA_CHECK(cudaMemsetAsync(dgamma_out->data, 0, static_cast<size_t>(s.N) * sizeof(float),
                                       static_cast<cudaStream_t>(stream)));

@@ -52,10 +52,8 @@ CODA_API coda_status coda_linear_rowscale(const coda_tensor* h, const coda_tenso
     api::check_disjoint({Y}, {Hh, W, S});
     api::require_workspace("coda_linear_rowscale", workspace, workspace_bytes,
                            coda_linear_rowscale_workspace_size(s.M, s.N));
-    int const device = api::require_same_device({Hh, W, S, Y});
     bool const fp16 = Hh.dtype() == CODA_FP16;
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {Hh, W, S, Y});
+    api::require_fused_launch({Hh, W, S, Y});
     if (s.M == 0) return;
     coda::ops::linear_rowscale(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
                                static_cast<float const*>(rstd->data), y_out->data, row_stride(Y, s.N), fp16,

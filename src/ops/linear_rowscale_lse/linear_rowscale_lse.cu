@@ -112,10 +112,8 @@ CODA_API coda_status coda_linear_rowscale_lse(const coda_tensor* h, const coda_t
     api::check_disjoint({L, TL, LG}, {Hh, W, S, T});
     api::require_workspace("coda_linear_rowscale_lse", workspace, workspace_bytes,
                            coda_linear_rowscale_lse_workspace_size(s.M, s.N));
-    int const device = api::require_same_device({Hh, W, S, T, L, TL, LG});
     bool const fp16 = Hh.dtype() == CODA_FP16;
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {Hh, W, S, T, L, TL, LG});
+    api::require_fused_launch({Hh, W, S, T, L, TL, LG});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_lse(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w->data, row_stride(W, s.K),
                                    static_cast<float const*>(rstd->data), targets->data, T.dtype() == CODA_INT64,

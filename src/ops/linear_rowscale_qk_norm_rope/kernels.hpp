@@ -37,7 +37,7 @@ inline QkNormRopeArgs qk_norm_rope_args(float const* rstd, coda_tensor const* z,
   QkNormRopeArgs args;
   args.rstd = rstd;
   args.z = z != nullptr ? z->data : nullptr;
-  args.ldz = z == nullptr ? 0 : z->sizes[0] > 1 ? z->strides[0] : z->sizes[1];
+  args.ldz = z != nullptr ? z->strides[0] : 0;  // make_args substitutes a legal stride for a single row
   args.q_gamma = static_cast<float const*>(q_gamma.data);
   args.k_gamma = static_cast<float const*>(k_gamma.data);
   args.inv_freq = static_cast<float const*>(inv_freq.data);

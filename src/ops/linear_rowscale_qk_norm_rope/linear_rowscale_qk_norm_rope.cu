@@ -49,10 +49,8 @@ CODA_API coda_status coda_linear_rowscale_qk_norm_rope(const coda_tensor* h, con
     api::check_activation(Q, Hh, s.M, s.N, "M", "qkv width");
     if (z_out != nullptr) api::check_activation(Z, Hh, s.M, s.N, "M", "qkv width");  // NULL: z not stored
     api::check_disjoint({Q, Z}, {Hh, W, S, GQ, GK, P, F});
-    int const device = api::require_same_device({Hh, W, S, GQ, GK, P, F, Q, Z});
     bool const fp16 = Hh.dtype() == CODA_FP16;
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {Hh, W, S, GQ, GK, P, F, Q, Z});
+    api::require_fused_launch({Hh, W, S, GQ, GK, P, F, Q, Z});
     if (s.M == 0) return;
     coda::ops::QkNormRopeArgs const args =
         coda::ops::qk_norm_rope_args(static_cast<float const*>(rstd->data), z_out, *q_gamma, *k_gamma, *positions,

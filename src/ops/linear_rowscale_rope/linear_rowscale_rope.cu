@@ -78,10 +78,8 @@ CODA_API coda_status coda_linear_rowscale_rope(const coda_tensor* h, const coda_
     api::check_disjoint({Q}, {Hh, W, S, P, F});
     api::require_workspace("coda_linear_rowscale_rope", workspace, workspace_bytes,
                            coda_linear_rowscale_rope_workspace_size(s.M, s.N));
-    int const device = api::require_same_device({Hh, W, S, P, F, Q});
     bool const fp16 = Hh.dtype() == CODA_FP16;
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {Hh, W, S, P, F, Q});
+    api::require_fused_launch({Hh, W, S, P, F, Q});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_rope(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_qkv->data, row_stride(W, s.K),
                                     static_cast<float const*>(rstd->data),

@@ -61,10 +61,8 @@ CODA_API coda_status coda_linear_rowscale_swiglu(const coda_tensor* h, const cod
     api::check_disjoint({Z, Y}, {Hh, W, S});
     api::require_workspace("coda_linear_rowscale_swiglu", workspace, workspace_bytes,
                            coda_linear_rowscale_swiglu_workspace_size(s.M, s.N));
-    int const device = api::require_same_device({Hh, W, S, Z, Y});
     bool const fp16 = Hh.dtype() == CODA_FP16;
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {Hh, W, S, Z, Y});
+    api::require_fused_launch({Hh, W, S, Z, Y});
     if (s.M == 0) return;
     coda::ops::linear_rowscale_swiglu(s.M, s.N, s.K, h->data, row_stride(Hh, s.K), w_gu->data, row_stride(W, s.K),
                                       static_cast<float const*>(rstd->data), z_out->data, row_stride(Z, s.N),

@@ -91,9 +91,7 @@ CODA_API coda_status coda_linear_swiglu_bwd_zdz(const coda_tensor* dx, const cod
     api::check_disjoint({Y, ZD}, {DX, W, Z, DZ});
     api::require_workspace("coda_linear_swiglu_bwd_zdz", workspace, workspace_bytes,
                            coda_linear_swiglu_bwd_zdz_workspace_size(s.M, s.N));
-    int const device = api::require_same_device({DX, W, Z, DZ, Y, ZD});
-    coda::ops::check_op_config();  // a bad CODA_OP_CONFIG is refused before any launch
-    api::require_kernel_device(device, {DX, W, Z, DZ, Y, ZD});
+    api::require_fused_launch({DX, W, Z, DZ, Y, ZD});
     if (s.M == 0) return;  // nothing to compute (zdz, dz and y are empty)
     coda::ops::linear_swiglu_bwd_zdz(s.M, s.N, s.K, dx->data, row_stride(DX, s.K), w_down->data, row_stride(W, s.N),
                                      z->data, row_stride(Z, 2 * s.N), dz_out->data, row_stride(DZ, 2 * s.N),
