@@ -6,7 +6,7 @@ count the time before the first kernel starts).
 For the forward and the forward+backward it times, without synchronizing inside a batch of --calls calls (the GPU
 falls behind, so the CPU never waits on it; a synchronize ends each batch, outside the timing):
   nn      coda.ops.block with autograd (what a training step runs), and its backward through autograd; in eager
-          mode on plain tensors this goes through coda's autograd.Function fast path (_library._eager), not the
+          mode on plain tensors this goes through coda's autograd.Function fast path (coda._library._eager), not the
           torch.library dispatcher
   op      the torch.library custom op (coda::block_forward / coda::block_backward) called directly: the path under
           torch.compile and tracing (not a layer of the `nn` row)
@@ -26,8 +26,9 @@ import torch
 from bench_block import coda_runner, make
 from common import CONFIGS
 
-import coda
+
 from coda import _C, _kernels
+from coda.ops import _block
 
 
 def per_call_us(fn, calls, batches=5):
@@ -95,8 +96,8 @@ def main():
                                        dqkv, None, hq, hkv, hd, 1e-6)
 
     dev = x0.device
-    cfg_c = _kernels._block_config(d, Fi, hq, hkv, hd, 1e-6)
-    weights_c = _kernels._block_weights(wo, g1, wgu, wd, g2, wqkv)
+    cfg_c = _block._block_config(d, Fi, hq, hkv, hd, 1e-6)
+    weights_c = _block._block_weights(wo, g1, wgu, wd, g2, wqkv)
     saved_c = _C.tensors(_C.BlockSaved, *saved, None)
     lib = _C.library()
     ws_f = _C.workspace(lib.coda_block_forward_workspace_size(cfg_c, xd.shape[0]), dev)

@@ -239,7 +239,7 @@ def call(name: str, *args) -> None:
 def error(status: int, name: str, message: str) -> Exception:
     """The exception of a failed coda_<name> call: the status's type (_STATUS_EXCEPTION), "coda_<name>: <message>".
     The library's message starts with the C function's name already, which is not repeated. The parts stay apart
-    for coda.ops, which names its caller's arguments instead of the C parameters (ops._library_names):
+    for coda.ops, which names its caller's arguments instead of the C parameters (ops._common.library_names):
     .coda_function ("coda_<name>") and .coda_message (what follows it: "<parameter>: <rule>")."""
     function = "coda_" + name
     if message.startswith(function + ": "):

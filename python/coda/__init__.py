@@ -8,8 +8,7 @@ coda.patch_llama(model)  switches a transformers LlamaForCausalLM to CODA kernel
 CUDA tensors run the kernels of libcoda (loaded with ctypes; no torch C++ extension); CPU tensors run the float64
 PyTorch reference of the same math.
 """
-from . import _library  # registers the torch.ops.coda operators  # noqa: F401
-from . import layout, models, nn, ops
+from . import layout, models, nn, ops  # ops defines the torch.ops.coda operators
 from ._C import available, device_supported
 from .hf import patch_llama, patch_qwen3, unpatch_llama, unpatch_qwen3
 

@@ -1,7 +1,7 @@
 """Argument checks of the Python API, run before any kernel and before tracing: they name the argument and the
 rule (TypeError for a wrong type or dtype, ValueError for a wrong shape, device or value). The C library checks
 again (alignment, strides, aliasing, architecture) and its message is raised the same way, in the public op's and
-its caller's names (library_message; ops._library_names)."""
+its caller's names (library_message; coda/ops/_common.py library_names)."""
 from __future__ import annotations
 
 import re

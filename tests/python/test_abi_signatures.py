@@ -68,7 +68,7 @@ def test_every_function_the_python_layer_calls_is_declared():
     source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "python" / "coda").rglob("*.py"))
     called = set(re.findall(r'_C\.call\("(\w+)"', source))
     called |= set(re.findall(r'(?:\blib|library\(\))\.coda_(\w+)\b', source))  # lib.coda_x, library().coda_x
-    called |= {f"{n}_workspace_size" for n in re.findall(r'_ws\("(\w+)"', source)}
+    called |= {f"{n}_workspace_size" for n in re.findall(r'\bworkspace\("(\w+)"', source)}
     called |= {f"{n}_workspace_size" for n in re.findall(r'workspace_size\("(\w+)"', source)}
     assert len(called) > 15
     missing = sorted(f"coda_{n}" for n in called if f"coda_{n}" not in decl)

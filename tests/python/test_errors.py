@@ -91,14 +91,14 @@ def test_block_check_cache_is_not_used_while_tracing():
         return coda.ops.block(*tensors, hq, hkv, hd)
 
     f(*inputs)  # an eager call stores its signature
-    stored = coda.ops._block_checked[0]
+    stored = coda.ops._block._block_checked[0]
     make_fx(f, tracing_mode="fake")(*inputs)
-    assert coda.ops._block_checked[0] == stored  # nothing stored from the trace
+    assert coda.ops._block._block_checked[0] == stored  # nothing stored from the trace
     for _ in range(2):
         g = make_fx(f, tracing_mode="symbolic")(*inputs)
         y0 = next(n for n in g.graph.nodes if n.op == "placeholder").meta["val"]
         assert isinstance(y0.shape[0], torch.SymInt), f"the symbolic trace was specialised: {y0.shape}"
-    assert coda.ops._block_checked[0] == stored
+    assert coda.ops._block._block_checked[0] == stored
 
 
 @requires_gpu
@@ -551,14 +551,14 @@ def test_cuda_block_packs_the_qk_norm_fields(qk_norm, monkeypatch):
     rec = _Recorder(monkeypatch)
     K, C = coda._kernels, coda._C
     copies, alive = [], []
-    real = K._float_pairs
+    real = K.float_pairs
 
     def float_pairs(t):
         out = real(t)
         copies.append(weakref.ref(out))
         return out
 
-    monkeypatch.setattr(K, "_float_pairs", float_pairs)
+    monkeypatch.setattr(K, "float_pairs", float_pairs)
     recorded = C.call
 
     def call(name, *args):

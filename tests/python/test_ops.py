@@ -498,10 +498,10 @@ def test_gpu_deterministic():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_lm_head_dw_scaled_cast_is_product_then_one_rounding(dtype, monkeypatch):
     """The LM head's backward scales its saved fp32 dW by the upstream gradient and casts in one pass
-    (_library._scaled_cast): the same bits as the fp32 product rounded once, on the CPU and (with a GPU) there,
+    (coda.ops._loss._scaled_cast): the same bits as the fp32 product rounded once, on the CPU and (with a GPU) there,
     where eager calls go through coda_scale_cast (counted: torch.mul would give the same bits)."""
     from coda import _kernels
-    from coda._library import _scaled_cast
+    from coda.ops._loss import _scaled_cast
     calls = []
     real = _kernels.scale_cast
     monkeypatch.setattr(_kernels, "scale_cast", lambda *a: calls.append(1) or real(*a))
@@ -571,9 +571,9 @@ def test_cpu_fp16_mean_loss_takes_the_sum_path(monkeypatch):
     """fp16 training with a mean loss runs the one-pass LM head on the sum's gradients and divides by the count of
     non-ignored rows (fp16's range: see ops.linear_cross_entropy), bf16 on the mean's: the loss and gradients equal
     the float64 mean's to fp16 accuracy, and a loss scaler's factor reaches the gradients unchanged."""
-    import coda._library as lib
-    reductions, train = [], lib.linear_cross_entropy_train
-    monkeypatch.setattr(lib, "linear_cross_entropy_train",
+    from coda.ops import _loss
+    reductions, train = [], _loss.linear_cross_entropy_train_op
+    monkeypatch.setattr(_loss, "linear_cross_entropy_train_op",
                         lambda *a: reductions.append(a[7]) or train(*a))
     g = I.gen(11)
     x, gm, w = (a.detach().requires_grad_() for a in (I.act(g, 37, 16), 1 + 0.1 * I.act(g, 16), I.weight(g, 40, 16)))
