@@ -26,7 +26,6 @@ import torch
 from bench_block import coda_runner, make
 from common import CONFIGS
 
-
 from coda import _C, _kernels
 from coda.ops import _block
 

@@ -15,11 +15,14 @@ from . import _C
 from ._registry import Registry
 
 kernel = Registry("CUDA call", "_cuda")
-d = _C.desc
 
 
 def __getattr__(op):
     return kernel.get(__name__, op)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(kernel.names()))
 
 
 def f32(shape, like):

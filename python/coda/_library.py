@@ -23,38 +23,49 @@ import torch
 from torch import Tensor
 
 from . import _kernels, _reference
+from ._registry import FAMILIES
 
-# Every op is defined through custom_op / register_autograd, which also record the plain function and the autograd
-# pair for the eager fast path below.
+# Every op is defined through custom_op, which records its eager caller (the fast path below), and gets its autograd
+# formula through register_autograd, which also builds the caller's autograd.Function.
 _OPS: dict = {}  # op name -> its eager caller
-_AUTOGRAD: dict = {}  # custom op -> (setup_context, backward)
 
 
 def __getattr__(name):
-    importlib.import_module("coda.ops")  # the families define the ops on import
-    try:
-        return _OPS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (no coda op of that name)") from None
+    caller = _OPS.get(name)
+    if caller is None:
+        importlib.import_module(FAMILIES)  # the families define the ops on import
+        caller = _OPS.get(name)
+    if caller is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (no coda op of that name)")
+    return caller
 
 
 def custom_op(name: str, mutates_args=()):
     """torch.library.custom_op(`name`) of the decorated function; returns the op's eager caller (_eager), which
     carries the op as `.custom_op` and its `register_fake`."""
     def define(fn):
-        op = torch.library.custom_op(name, mutates_args=mutates_args)(fn)
         short = name.split("::")[-1]
         if short in _OPS:
             raise NameError(f"coda op {name!r} is defined twice ({fn.__module__})")
+        op = torch.library.custom_op(name, mutates_args=mutates_args)(fn)
         _OPS[short] = caller = _eager(short, op, fn, tuple(mutates_args))
         return caller
     return define
 
 
 def register_autograd(caller, backward, setup_context):
-    op = caller.custom_op
-    op.register_autograd(backward, setup_context=setup_context)
-    _AUTOGRAD[op] = (setup_context, backward)
+    """The op's autograd formula, for the custom op and for its eager caller (an autograd.Function running the op's
+    function with the same setup_context and backward)."""
+    caller.custom_op.register_autograd(backward, setup_context=setup_context)
+    fn = caller.function
+
+    def forward(ctx, *args):
+        out = fn(*args)
+        setup_context(ctx, args, out)
+        return out
+
+    caller.autograd_function = type(f"{caller.__name__}_function", (torch.autograd.Function,),
+                                    {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
 def impl(t: Tensor):
@@ -122,34 +133,15 @@ def eager_plain(args) -> bool:
 def _eager(name: str, op, fn, mutated):
     params = list(inspect.signature(fn).parameters)
     mutated_at = tuple(params.index(m) for m in mutated)
-    function = []  # the autograd.Function, built on first use: register_autograd comes after the definition
-
-    def autograd_function():
-        if not function:
-            grad = _AUTOGRAD.get(op)
-            if grad is None:
-                function.append(None)
-            else:
-                setup_context, backward = grad
-
-                def forward(ctx, *args):
-                    out = fn(*args)
-                    setup_context(ctx, args, out)
-                    return out
-
-                function.append(type(f"{name}_function", (torch.autograd.Function,),
-                                     {"forward": staticmethod(forward), "backward": staticmethod(backward)}))
-        return function[0]
 
     def call(*args, **kwargs):
         if kwargs or not eager_plain(args):
             return op(*args, **kwargs)
         wants_grad = torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args)
         if wants_grad:
-            f = autograd_function()
-            if f is None:  # no autograd formula: the custom op raises autograd's own error
+            if call.autograd_function is None:  # no autograd formula: the custom op raises autograd's own error
                 return op(*args)
-            return f.apply(*args)
+            return call.autograd_function.apply(*args)
         out = fn(*args)
         for i in mutated_at:
             if args[i] is not None:
@@ -159,5 +151,7 @@ def _eager(name: str, op, fn, mutated):
     call.__name__ = call.__qualname__ = name
     call.__doc__ = fn.__doc__
     call.custom_op = op
+    call.function = fn
+    call.autograd_function = None  # set by register_autograd
     call.register_fake = op.register_fake
     return call

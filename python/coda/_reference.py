@@ -4,7 +4,9 @@ floating dtype works (float64 in, float64 out: what gradcheck uses), and it is t
 tested against. Slow by design (dense float64 math); it exists for correctness, CI without a GPU, and debugging.
 
 Each twin is defined beside its CUDA call in the op family's module (coda/ops/_<family>.py) as `<op>_f64` with
-@reference and read here as `_reference.<op>`; the float64 math the twins share lives in this file.
+@reference and read here as `_reference.<op>` (so are two float64 building blocks the tests use: qk_norm_rope, the
+QK-norm + RoPE after the GEMM, and qk_norm_rope_bwd, its backward); the float64 math the twins share lives in this
+file.
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ reference = Registry("float64 reference", "_f64")
 
 def __getattr__(op):
     return reference.get(__name__, op)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(reference.names()))
 
 
 def f64(t):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 
+FAMILIES = "coda.ops"  # the package whose import defines every op
+
 
 class Registry:
     """`@registry` registers `<op><suffix>` under `<op>`; `registry.get(op)` returns it (the families are imported
@@ -24,9 +26,15 @@ class Registry:
         return fn
 
     def get(self, module: str, op: str):
-        importlib.import_module("coda.ops")  # registers every family's functions
-        try:
-            return self.functions[op]
-        except KeyError:
+        fn = self.functions.get(op)
+        if fn is None:
+            importlib.import_module(FAMILIES)  # registers every family's functions (a miss only: calls are hot)
+            fn = self.functions.get(op)
+        if fn is None:
             raise AttributeError(f"module {module!r} has no attribute {op!r} (no {self.what} of that name is "
-                                 "registered)") from None
+                                 "registered)")
+        return fn
+
+    def names(self):
+        importlib.import_module(FAMILIES)
+        return sorted(self.functions)

@@ -211,7 +211,7 @@ def _block_bwd(ctx, dx1_, drstd1_, dz1_, dx2, drstd2_, dqkv, dz_):
         saved = saved[:11] + (saved[11].clone(),) + saved[12:]
     dx2 = None if dx2 is None else dx2.contiguous()
     dy0, dx0, dw_o, dg1, dw_gu, dw_down, dg2, dw_qkv, dgq, dgk = block_backward_op(*saved, dqkv, dx2, *ctx.config, z,
-                                                                                 q_gamma, k_gamma, ctx.qk_eps)
+                                                                                   q_gamma, k_gamma, ctx.qk_eps)
     gamma1, gamma2 = saved[4], saved[7]
     if q_gamma is None:
         dgq = dgk = None
@@ -234,7 +234,7 @@ def _block_config(d, F, hq, hkv, hd, eps, qk_eps=0.0):
 
 
 def _block_weights(w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma=None, k_gamma=None):
-    """The weights struct; q_gamma / k_gamma as the kernel reads them (_float_pairs), converted by the caller, which
+    """The weights struct; q_gamma / k_gamma as the kernel reads them (K.float_pairs), converted by the caller, which
     keeps them alive until the C call: the struct holds their pointers only."""
     return _C.tensors(_C.BlockWeights, w_o, gamma1, w_gu, w_down, gamma2, w_qkv, q_gamma, k_gamma)
 
@@ -318,7 +318,7 @@ def block_backward_f64(y0, positions, inv_freq, w_o, gamma1, w_gu, w_down, gamma
     dgq = dgk = None
     if q_gamma is not None:
         dz_qkv, zdz2, dgq, dgk = R.qk_norm_rope_bwd_zdz(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads,
-                                                         n_kv_heads, head_dim, qk_eps, d)
+                                                        n_kv_heads, head_dim, qk_eps, d)
     else:
         dz_qkv, zdz2 = R.rope_bwd_zdz(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, d)
     dqkv.copy_(dz_qkv)  # as the kernel: dqkv becomes dz of the q/k/v projection

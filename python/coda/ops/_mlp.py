@@ -28,7 +28,7 @@ __all__ = ["swiglu_mlp"]
 # ---- public ops ------------------------------------------------------------------------------------------------------
 
 @library_names(rmsnorm_prepare=PREPARE, linear_rowscale_swiglu={**CACHE, "w_gu": "w_gu"},
-                linear_residual_rmsnorm={"w": "w_down", "residual": "x", "gamma": "next_gamma", "eps": "eps"})
+               linear_residual_rmsnorm={"w": "w_down", "residual": "x", "gamma": "next_gamma", "eps": "eps"})
 def swiglu_mlp(x, gamma, w_gu, w_down, eps=1e-6, *, cache=None, next_gamma=None):
     """The SwiGLU MLP with its residual (linear_rowscale_swiglu + linear_residual_rmsnorm): z = rmsnorm(x) w_gu^T,
     y = silu(z_gate) z_up, x_out = x + y w_down^T; also the next norm's cache h_next = x_out * next_gamma, rstd_next.

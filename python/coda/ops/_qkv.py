@@ -44,7 +44,7 @@ def _qkv_rope_args(op, x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_hea
 @library_names(rmsnorm_prepare=PREPARE, linear_rowscale_rope={
     **CACHE, **same("w_qkv", "positions", "inv_freq", "n_q_heads", "n_kv_heads", "head_dim")})
 def rmsnorm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, eps=1e-6, *,
-                      cache=None):
+                     cache=None):
     """qkv = RoPE(rmsnorm(x) w_qkv^T) (linear_rowscale_rope), q and k rotated by theta = positions * inv_freq, v
     passed through.
 
@@ -64,15 +64,15 @@ def rmsnorm_qkv_rope(x, gamma, w_qkv, positions, inv_freq, n_q_heads, n_kv_heads
     pos = positions.reshape(-1).to(torch.int32)
     inv = inv_freq.to(torch.float32) if x.is_cuda else inv_freq
     qkv = rmsnorm_qkv_rope_op(x2, gamma, w_qkv, h, rstd, pos, inv, int(n_q_heads), int(n_kv_heads),
-                               int(head_dim))
+                              int(head_dim))
     return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
 
 
 @library_names(rmsnorm_prepare=PREPARE, linear_rowscale_qk_norm_rope={
     **CACHE, **same("w_qkv", "q_gamma", "k_gamma", "positions", "inv_freq", "n_q_heads", "n_kv_heads", "head_dim",
-                      "qk_eps")})
+                    "qk_eps")})
 def rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads,
-                              head_dim, eps=1e-6, qk_eps=None, *, cache=None):
+                             head_dim, eps=1e-6, qk_eps=None, *, cache=None):
     """qkv = RoPE(qk_norm(rmsnorm(x) w_qkv^T)) (Qwen3 style; MATH.md "linear_rowscale_qk_norm_rope"),
     where qk_norm RMS-normalises each q head with q_gamma and each k head with k_gamma over its head_dim columns
     (epsilon qk_eps, default eps); v passes through.
@@ -98,7 +98,7 @@ def rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_f
     pos = positions.reshape(-1).to(torch.int32)
     inv = inv_freq.to(torch.float32) if x.is_cuda else inv_freq
     qkv, _ = rmsnorm_qkv_qk_norm_rope_op(x2, gamma, w_qkv, h, rstd, q_gamma, k_gamma, pos, inv, int(n_q_heads),
-                                          int(n_kv_heads), int(head_dim), float(qk_eps))
+                                         int(n_kv_heads), int(head_dim), float(qk_eps))
     return qkv.reshape(*x.shape[:-1], w_qkv.shape[0])
 
 
@@ -117,7 +117,7 @@ def _(qkv, dqkv, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_si
 
 @custom_op("coda::rmsnorm_qkv_rope", mutates_args=())
 def rmsnorm_qkv_rope_op(x: Tensor, gamma: Tensor, w_qkv: Tensor, h: Tensor, rstd: Tensor, positions: Tensor,
-                         inv_freq: Tensor, n_q_heads: int, n_kv_heads: int, head_dim: int) -> Tensor:
+                        inv_freq: Tensor, n_q_heads: int, n_kv_heads: int, head_dim: int) -> Tensor:
     return impl(h).linear_rowscale_rope(h, w_qkv, rstd, positions, inv_freq, n_q_heads, n_kv_heads, head_dim)
 
 
@@ -144,8 +144,8 @@ register_autograd(rmsnorm_qkv_rope_op, _qkv_rope_bwd, _qkv_rope_ctx)
 
 @custom_op("coda::rmsnorm_qkv_qk_norm_rope", mutates_args=())
 def rmsnorm_qkv_qk_norm_rope_op(x: Tensor, gamma: Tensor, w_qkv: Tensor, h: Tensor, rstd: Tensor, q_gamma: Tensor,
-                                 k_gamma: Tensor, positions: Tensor, inv_freq: Tensor, n_q_heads: int, n_kv_heads: int,
-                                 head_dim: int, qk_eps: float) -> tuple[Tensor, Tensor]:
+                                k_gamma: Tensor, positions: Tensor, inv_freq: Tensor, n_q_heads: int, n_kv_heads: int,
+                                head_dim: int, qk_eps: float) -> tuple[Tensor, Tensor]:
     return impl(h).linear_rowscale_qk_norm_rope(h, w_qkv, rstd, q_gamma, k_gamma, positions, inv_freq, n_q_heads,
                                                 n_kv_heads, head_dim, qk_eps)
 
@@ -310,7 +310,7 @@ def qk_norm_rope_bwd_f64(z, qkv, dqkv, positions, inv_freq, q_gamma, k_gamma, ep
 def qk_norm_rope_bwd_zdz_f64(z, dqkv, q_gamma, k_gamma, positions, inv_freq, n_q_heads, n_kv_heads, head_dim, qk_eps,
                              hidden_size):
     """coda_qk_norm_rope_bwd_zdz's outputs from qk_norm_rope_bwd (float64): (dz in z's dtype, zdz, dq_gamma,
-    dk_gamma), the statistics in _stat's dtype."""
+    dk_gamma), the statistics in R.stat_like's dtype."""
     qkv, _ = R.qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, qk_eps, n_q_heads, n_kv_heads, head_dim)
     dz, zdz, dq, dk = R.qk_norm_rope_bwd(z, qkv, dqkv, positions, inv_freq, q_gamma, k_gamma, qk_eps, n_q_heads,
                                          n_kv_heads, head_dim, hidden_size)
