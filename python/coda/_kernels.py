@@ -18,7 +18,8 @@ kernel = Registry("CUDA call", "_cuda")
 
 
 def __getattr__(op):
-    return kernel.get(__name__, op)
+    fn = globals()[op] = kernel.get(__name__, op)  # cached as a module attribute: the next lookup is a plain one
+    return fn
 
 
 def __dir__():

@@ -37,6 +37,7 @@ def __getattr__(name):
         caller = _OPS.get(name)
     if caller is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r} (no coda op of that name)")
+    globals()[name] = caller  # the next lookup is a plain attribute
     return caller
 
 

@@ -18,7 +18,8 @@ reference = Registry("float64 reference", "_f64")
 
 
 def __getattr__(op):
-    return reference.get(__name__, op)
+    fn = globals()[op] = reference.get(__name__, op)  # cached as a module attribute: the next lookup is a plain one
+    return fn
 
 
 def __dir__():
