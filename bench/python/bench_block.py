@@ -97,7 +97,7 @@ def coda_runner(cfg, w, pos, inv):
     params = [w["o"], w["g1"], w_gu, w["down"], w["g2"], w_qkv]
     qk = {}
     if "qn" in w:  # the paired layout, as coda.patch_qwen3 builds it
-        qk = {f"{n}_gamma": L.pair_rope_rows(w[f"{n}n"][:, None], hd)[:, 0].detach().requires_grad_() for n in "qk"}
+        qk = {f"{n}_gamma": L.pair_rope_rows(w[f"{n}n"], hd).detach().requires_grad_() for n in "qk"}
         params += list(qk.values())
 
     def fwd(y0, x0):

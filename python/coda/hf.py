@@ -233,7 +233,7 @@ def _layer_weights(layer, builds, dt, hd):
     attn = layer.self_attn
     norms = ()
     if hasattr(attn, "q_norm"):
-        norms = tuple(layout.pair_rope_rows(n.weight[:, None], hd)[:, 0] for n in (attn.q_norm, attn.k_norm))
+        norms = tuple(layout.pair_rope_rows(n.weight, hd) for n in (attn.q_norm, attn.k_norm))
     return LayerWeights(*(cast(t, dt) for t in (
         layer.input_layernorm.weight, qkv(), attn.o_proj.weight, layer.post_attention_layernorm.weight,
         gu(), layer.mlp.down_proj.weight, *norms)))

@@ -13,7 +13,8 @@ import torch
 
 
 def pair_rope_rows(w: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """[H head_dim, ...] rotate-half rows -> pairs adjacent: new row 2i <- old i, new row 2i+1 <- old i + hd/2."""
+    """[H head_dim, ...] rotate-half rows -> pairs adjacent: new row 2i <- old i, new row 2i+1 <- old i + hd/2. A 1-D
+    w is a vector of rows: a [head_dim] QK-norm gamma (Qwen3's q_norm / k_norm weight) takes the same permutation."""
     _check_heads(w, head_dim)
     rest = w.shape[1:]
     return w.reshape(-1, 2, head_dim // 2, *rest).transpose(1, 2).reshape(w.shape)

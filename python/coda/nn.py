@@ -187,7 +187,7 @@ class RMSNormQKVQKNormRope(RMSNormQKVRope):
         self.k_norm = _Norm(head_dim, dtype, device)
 
     def forward(self, x, positions, inv_freq, cache=None):
-        q_gamma, k_gamma = (layout.pair_rope_rows(_w(n.weight, x)[:, None], self.head_dim)[:, 0]
+        q_gamma, k_gamma = (layout.pair_rope_rows(_w(n.weight, x), self.head_dim)
                             for n in (self.q_norm, self.k_norm))
         return ops.rmsnorm_qkv_qk_norm_rope(x, _w(self.norm_weight, x), _w(self.w_qkv, x), q_gamma, k_gamma,
                                              positions, inv_freq, self.n_q_heads, self.n_kv_heads, self.head_dim,

@@ -82,3 +82,13 @@ def test_model_state_dict_round_trip():
     # the CODA-layout parameters themselves were permuted, not copied as-is
     q = hf_sd["model.layers.0.self_attn.q_proj.weight"]
     assert torch.equal(dst.model.layers[0].self_attn.w_qkv[: q.shape[0]], coda.layout.pair_rope_rows(q, 64))
+
+
+def test_pair_rope_rows_of_a_gamma_vector():
+    """A [head_dim] QK-norm gamma takes the rows' permutation (what hf.py and nn.py apply to q_norm / k_norm)."""
+    hd = 8
+    g = torch.arange(hd, dtype=torch.float32)
+    paired = coda.layout.pair_rope_rows(g, hd)
+    assert paired.tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert torch.equal(paired, coda.layout.pair_rope_rows(g[:, None], hd)[:, 0])
+    assert torch.equal(coda.layout.unpair_rope_rows(paired, hd), g)

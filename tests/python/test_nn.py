@@ -30,7 +30,7 @@ def _plain_forward(module, x, extra):
     if isinstance(module, coda.nn.SwiGLUMLP):
         return plain.swiglu_mlp(x, module.norm_weight, module.w_gu, module.down_proj.weight, EPS)
     if isinstance(module, coda.nn.RMSNormQKVQKNormRope):
-        pair = (lambda w: coda.layout.pair_rope_rows(w[:, None], module.head_dim)[:, 0])
+        pair = (lambda w: coda.layout.pair_rope_rows(w, module.head_dim))
         return plain.rmsnorm_qkv_qk_norm_rope(x, module.norm_weight, module.w_qkv, pair(module.q_norm.weight),
                                                pair(module.k_norm.weight), *extra, module.n_q_heads,
                                                module.n_kv_heads, module.head_dim, EPS)

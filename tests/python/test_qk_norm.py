@@ -33,8 +33,8 @@ def test_qk_norm_rope_matches_hf_qwen3(n_q_heads, n_kv_heads, head_dim):
         q, k = qwen3.apply_rotary_pos_emb(q, k, cos.double(), sin.double())
         v = attn.v_proj(x)
         w_qkv = coda.layout.qkv_weight(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, head_dim)
-        q_gamma = coda.layout.pair_rope_rows(attn.q_norm.weight[:, None], head_dim)[:, 0]
-        k_gamma = coda.layout.pair_rope_rows(attn.k_norm.weight[:, None], head_dim)[:, 0]
+        q_gamma = coda.layout.pair_rope_rows(attn.q_norm.weight, head_dim)
+        k_gamma = coda.layout.pair_rope_rows(attn.k_norm.weight, head_dim)
     z = x[0] @ w_qkv.T
     inv_freq = rotary.inv_freq.double()  # float-valued, as CODA's callers upload it
     qkv, head_rstd = ref.qk_norm_rope(z, positions, inv_freq, q_gamma, k_gamma, cfg.rms_norm_eps, n_q_heads,

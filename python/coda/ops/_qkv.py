@@ -78,7 +78,7 @@ def rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, q_gamma, k_gamma, positions, inv_f
     (epsilon qk_eps, default eps); v passes through.
 
     Arguments as rmsnorm_qkv_rope, plus q_gamma, k_gamma [head_dim] in the paired layout (coda.layout.pair_rope_rows
-    applied to a [head_dim, 1] view of HF's q_norm / k_norm weight; the per-head mean does not depend on the order).
+    applied to HF's q_norm / k_norm weight; the per-head mean does not depend on the order).
     Returns qkv as rmsnorm_qkv_rope does. Forward: one fused GEMM (coda_linear_rowscale_qk_norm_rope: the input
     norm's row scale, the per-head norm, gamma and RoPE in its epilogue), which also stores the pre-norm z [tokens,
     W] for the backward (saved instead of qkv). Backward: the QK-norm + RoPE backward from z (MATH.md; one kernel,
