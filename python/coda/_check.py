@@ -4,6 +4,8 @@ again (alignment, strides, aliasing, architecture) and its message is raised the
 its caller's names (library_message; coda/ops/_common.py library_names)."""
 from __future__ import annotations
 
+import math
+
 import re
 
 import torch
@@ -77,8 +79,15 @@ def number(op, name, v):
 
 def positive(op, name, v):
     number(op, name, v)
-    if not v > 0:
-        raise ValueError(f"coda.{op}: `{name}` must be > 0, got {v}")
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"coda.{op}: `{name}` must be > 0 and finite, got {v}")
+
+
+def nonnegative(op, name, v, note=""):
+    """A finite number >= 0 (the library's rule for z_loss and softcap; NaN and inf refused on every device)."""
+    number(op, name, v)
+    if not (v >= 0 and math.isfinite(v)):
+        raise ValueError(f"coda.{op}: `{name}` must be >= 0 and finite{note}, got {v}")
 
 
 def reduction(op, r):

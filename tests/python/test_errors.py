@@ -39,6 +39,13 @@ def _t(*shape, dtype=torch.float32, device="cpu"):
                                            label_smoothing=1.5), ValueError, "`label_smoothing`"),
     (lambda: coda.ops.cross_entropy(_t(3, 8), torch.zeros(3, dtype=torch.long), z_loss=-1.0), ValueError,
      "`z_loss`"),
+    # NaN and inf scalars: refused on the CPU path as libcoda refuses them on CUDA (not a NaN loss)
+    (lambda: coda.ops.cross_entropy(_t(3, 8), torch.zeros(3, dtype=torch.long), z_loss=float("nan")), ValueError,
+     "`z_loss` must be >= 0 and finite"),
+    (lambda: coda.ops.cross_entropy(_t(3, 8), torch.zeros(3, dtype=torch.long), softcap=float("inf")), ValueError,
+     "`softcap` must be >= 0 and finite"),
+    (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), eps=float("inf")), ValueError,
+     "`eps` must be > 0 and finite"),
     (lambda: coda.ops.cross_entropy(_t(3, 8), _t(3)), TypeError, "`targets` must have dtype"),
     (lambda: coda.layout.pair_rope_rows(_t(10, 4), 4), ValueError, "head_dim"),
     (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), eps="a"), TypeError, "`eps` must be a number"),

@@ -30,15 +30,11 @@ __all__ = ["linear_cross_entropy", "cross_entropy"]
 def _ce_args(op, ignore_index, reduction, label_smoothing, z_loss, softcap):
     check.reduction(op, reduction)
     check.number(op, "label_smoothing", label_smoothing)
-    check.number(op, "z_loss", z_loss)
-    if softcap is not None:
-        check.number(op, "softcap", softcap)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"coda.{op}: `label_smoothing` must be in [0, 1], got {label_smoothing}")
-    if z_loss < 0:
-        raise ValueError(f"coda.{op}: `z_loss` must be >= 0, got {z_loss}")
-    if softcap is not None and softcap < 0:
-        raise ValueError(f"coda.{op}: `softcap` must be >= 0 (0 or None: off), got {softcap}")
+    check.nonnegative(op, "z_loss", z_loss)
+    if softcap is not None:
+        check.nonnegative(op, "softcap", softcap, " (0 or None: off)")
     return int(ignore_index), reduction, float(label_smoothing), float(z_loss), float(softcap or 0.0)
 
 
