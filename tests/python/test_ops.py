@@ -335,6 +335,28 @@ def test_cpu_gradcheck():
     x, gm, w, t = _lce_case(15, 4, 8, 16)
     assert gc(lambda x, gm, w: coda.ops.linear_cross_entropy(x, gm, w, t, EPS, label_smoothing=0.1, z_loss=0.01,
                                                             softcap=5.0), [x, gm, w])
+    qk = _qk_case(16, 3, 8, 1, 1, 64)
+    assert gc(lambda x, gm, w, qg, kg: f_qk(1, 1, 64)(x, gm, w, qg, kg, qk[5], qk[6]), qk[:5])
+    bq = _block_qk_case(17, 3, 8, 8, 1, 1, 64)
+    assert gc(lambda *a: coda.ops.block(*a[:8], bq[8], bq[9], 1, 1, 64, EPS, q_gamma=a[8], k_gamma=a[9],
+                                        qk_eps=QK_EPS, inplace_backward=False), bq[:8] + bq[10:])
+    g = I.gen(18)
+    a, w, r = I.act(g, 3, 8), I.weight(g, 6, 8), I.act(g, 3, 6)
+    assert gc(lambda a, w, r: coda.ops.linear_residual_rmsnorm(a, w, r, I.norm(g, 6).detach(), EPS)[0], [a, w, r])
+    logits = I.act(g, 5, 12, scale=3.0)
+    tg = torch.tensor([0, 11, -100, 3, 7])
+    assert gc(lambda lg: coda.ops.cross_entropy(lg, tg, label_smoothing=0.1, z_loss=0.01,
+                                                softcap=5.0), [logits])
+
+
+def test_cpu_gradcheck_covers_every_public_op():
+    """A new public op joins test_cpu_gradcheck (by name in its source) unless it has no gradient of its own."""
+    import inspect
+    source = inspect.getsource(test_cpu_gradcheck) + inspect.getsource(f_norm_linear) + inspect.getsource(f_qkv) + \
+        inspect.getsource(f_qk) + inspect.getsource(f_mlp)
+    no_gradient = {"rmsnorm_prepare"}  # its outputs are a non-differentiable cache (PYTHON.md)
+    missing = [op for op in coda.ops.__all__ if op not in no_gradient and f"coda.ops.{op}(" not in source]
+    assert not missing, f"public ops without a gradcheck: {missing}"
 
 
 # ---- GPU: the kernels ------------------------------------------------------------------------------------------
