@@ -47,6 +47,10 @@ def _t(*shape, dtype=torch.float32, device="cpu"):
     (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), eps=float("inf")), ValueError,
      "`eps` must be > 0 and finite"),
     (lambda: coda.ops.cross_entropy(_t(3, 8), _t(3)), TypeError, "`targets` must have dtype"),
+    (lambda: coda.ops.rmsnorm_qkv_qk_norm_rope(*_qkv_args()[:3], _t(32), _t(64), *_qkv_args()[3:]), ValueError,
+     "`q_gamma` dimension 0"),
+    (lambda: coda.ops.rmsnorm_qkv_qk_norm_rope(*_qkv_args()[:3], _t(64), _t(64), *_qkv_args()[3:],
+                                                qk_eps=float("nan")), ValueError, "`qk_eps` must be > 0 and finite"),
     (lambda: coda.layout.pair_rope_rows(_t(10, 4), 4), ValueError, "head_dim"),
     (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), eps="a"), TypeError, "`eps` must be a number"),
     (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8), torch.ones(3, dtype=torch.int32))),
@@ -203,6 +207,15 @@ def _block():
     return coda.ops.block(**_block_args())
 
 
+def _qk(**kw):
+    x, gamma, w_qkv, positions, inv_freq, hq, hkv, hd = _qkv_args()
+    return coda.ops.rmsnorm_qkv_qk_norm_rope(x, gamma, w_qkv, _t(64), _t(64), positions, inv_freq, hq, hkv, hd, **kw)
+
+
+def _block_qk():
+    return coda.ops.block(**_block_args(), q_gamma=_t(64), k_gamma=_t(64))
+
+
 def _lce(x=None):
     return coda.ops.linear_cross_entropy(_t(3, 8) if x is None else x, _t(8), _t(16, 8), **_LCE)
 
@@ -256,6 +269,16 @@ _LIBRARY_CASES = [
     (_block, "block_forward",
      "step linear_residual_rmsnorm (out-projection + residual + RMSNorm 1) failed: coda_linear_residual_rmsnorm: w: "
      "internal", "coda.block: step linear_residual_rmsnorm .* failed: coda_linear_residual_rmsnorm: w: internal"),
+    (_qk, "linear_rowscale_qk_norm_rope",
+     "k_gamma: must be contiguous (dense row-major)", "coda.rmsnorm_qkv_qk_norm_rope: `k_gamma`: must be contiguous"),
+    (lambda: _qk(cache=_cache()), "linear_rowscale_qk_norm_rope",
+     "rstd: must be contiguous (dense row-major)", "coda.rmsnorm_qkv_qk_norm_rope: `cache\\[1\\] \\(rstd\\)`: must be"),
+    (_qk, "linear_rowscale_qk_norm_rope",
+     "qk_eps: must be finite and > 0, got inf", "coda.rmsnorm_qkv_qk_norm_rope: `qk_eps`: must be finite"),
+    (_block_qk, "block_forward",
+     "weights.q_gamma: data pointer 0x7f0000000004 is not 8-byte aligned", "coda.block: `q_gamma`: data pointer"),
+    (_block_qk, "block_forward",
+     "config.qk_eps: must be finite and > 0, got nan", "coda.block: `qk_eps`: must be finite"),
     (_lce, "linear_cross_entropy",
      "w: must be row-major (strides[1] == 1)", "coda.linear_cross_entropy: `w`: must be row-major"),
     (_lce, "linear_cross_entropy",
@@ -268,6 +291,15 @@ _LIBRARY_CASES = [
     (lambda: coda.ops.cross_entropy(_t(3, 8), _LCE["targets"]), "cross_entropy",
      "logits: data pointer is not aligned to its 2-byte bf16 elements", "coda.cross_entropy: `logits`: data pointer"),
 ]
+
+
+def test_every_public_op_has_error_cases():
+    """The call lists of this file are written by hand: each public op needs an argument-check case and a
+    library-error case (its library_names mapping)."""
+    import inspect
+    source = inspect.getsource(inspect.getmodule(test_every_public_op_has_error_cases))
+    missing = [op for op in coda.ops.__all__ if f"coda.ops.{op}(" not in source]
+    assert not missing, f"public ops without error cases here: {missing}"
 
 
 @pytest.mark.parametrize("call,function,message,match", _LIBRARY_CASES)
