@@ -50,7 +50,7 @@ def _t(*shape, dtype=torch.float32, device="cpu"):
     (lambda: coda.ops.rmsnorm_qkv_qk_norm_rope(*_qkv_args()[:3], _t(32), _t(64), *_qkv_args()[3:]), ValueError,
      "`q_gamma` dimension 0"),
     (lambda: coda.ops.rmsnorm_qkv_qk_norm_rope(*_qkv_args()[:3], _t(64), _t(64), *_qkv_args()[3:],
-                                                qk_eps=float("nan")), ValueError, "`qk_eps` must be > 0 and finite"),
+                                               qk_eps=float("nan")), ValueError, "`qk_eps` must be > 0 and finite"),
     (lambda: coda.layout.pair_rope_rows(_t(10, 4), 4), ValueError, "head_dim"),
     (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), eps="a"), TypeError, "`eps` must be a number"),
     (lambda: coda.ops.rmsnorm_linear(_t(3, 8), _t(8), _t(4, 8), cache=(_t(3, 8), torch.ones(3, dtype=torch.int32))),
