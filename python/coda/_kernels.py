@@ -15,15 +15,7 @@ from . import _C
 from ._registry import Registry
 
 kernel = Registry("CUDA call", "_cuda")
-
-
-def __getattr__(op):
-    fn = globals()[op] = kernel.get(__name__, op)  # cached as a module attribute: the next lookup is a plain one
-    return fn
-
-
-def __dir__():
-    return sorted(set(globals()) | set(kernel.names()))
+__getattr__, __dir__ = kernel.module_hooks(globals())
 
 
 def f32(shape, like):

@@ -16,29 +16,18 @@ coda_block_saved tensors.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 
 import torch
 from torch import Tensor
 
 from . import _kernels, _reference
-from ._registry import FAMILIES
+from ._registry import Registry
 
 # Every op is defined through custom_op, which records its eager caller (the fast path below), and gets its autograd
 # formula through register_autograd, which also builds the caller's autograd.Function.
-_OPS: dict = {}  # op name -> its eager caller
-
-
-def __getattr__(name):
-    caller = _OPS.get(name)
-    if caller is None:
-        importlib.import_module(FAMILIES)  # the families define the ops on import
-        caller = _OPS.get(name)
-    if caller is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (no coda op of that name)")
-    globals()[name] = caller  # the next lookup is a plain attribute
-    return caller
+_OPS = Registry("coda op")  # op name -> its eager caller
+__getattr__, __dir__ = _OPS.module_hooks(globals())
 
 
 def custom_op(name: str, mutates_args=()):
@@ -46,11 +35,10 @@ def custom_op(name: str, mutates_args=()):
     carries the op as `.custom_op` and its `register_fake`."""
     def define(fn):
         short = name.split("::")[-1]
-        if short in _OPS:
+        if short in _OPS.functions:  # before torch registers it
             raise NameError(f"coda op {name!r} is defined twice ({fn.__module__})")
         op = torch.library.custom_op(name, mutates_args=mutates_args)(fn)
-        _OPS[short] = caller = _eager(short, op, fn, tuple(mutates_args))
-        return caller
+        return _OPS.add(short, _eager(short, op, fn, tuple(mutates_args)))
     return define
 
 

@@ -15,22 +15,15 @@ import torch
 from ._registry import Registry
 
 reference = Registry("float64 reference", "_f64")
-
-
-def __getattr__(op):
-    fn = globals()[op] = reference.get(__name__, op)  # cached as a module attribute: the next lookup is a plain one
-    return fn
-
-
-def __dir__():
-    return sorted(set(globals()) | set(reference.names()))
+__getattr__, __dir__ = reference.module_hooks(globals())
 
 
 def f64(t):
     return None if t is None else t.to(torch.float64)
 
 
-def rstd(x64, eps):
+def rstd_of(x64, eps):
+    """1 / sqrt(mean(x^2) + eps) per row, float64."""
     return torch.rsqrt(x64.square().mean(-1) + eps)
 
 

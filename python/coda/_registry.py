@@ -9,21 +9,34 @@ FAMILIES = "coda.ops"  # the package whose import defines every op
 
 
 class Registry:
-    """`@registry` registers `<op><suffix>` under `<op>`; `registry.get(op)` returns it (the families are imported
-    on first use, so a lookup never depends on import order)."""
+    """`@registry` registers `<op><suffix>` under `<op>` (`add` under any name); `registry.get(op)` returns it (the
+    families are imported on first use, so a lookup never depends on import order)."""
 
-    def __init__(self, what: str, suffix: str):
+    def __init__(self, what: str, suffix: str = ""):
         self.what, self.suffix, self.functions = what, suffix, {}
 
     def __call__(self, fn):
         name = fn.__name__
         if not name.endswith(self.suffix) or len(name) == len(self.suffix):
             raise NameError(f"a {self.what} is named <op>{self.suffix}, got {name!r}")
-        op = name[: -len(self.suffix)]
+        return self.add(name[: -len(self.suffix)], fn)
+
+    def add(self, op: str, fn, where: str = ""):
         if op in self.functions:
-            raise NameError(f"{self.what} {op!r} is registered twice ({fn.__module__})")
+            raise NameError(f"{self.what} {op!r} is registered twice ({where or fn.__module__})")
         self.functions[op] = fn
         return fn
+
+    def module_hooks(self, module_globals: dict):
+        """A module's `__getattr__` and `__dir__` serving the registered names as its attributes; a name found is
+        cached as a module attribute, so the next lookup is a plain one (monkeypatching it works as usual)."""
+        def getattr_(op):
+            fn = module_globals[op] = self.get(module_globals["__name__"], op)
+            return fn
+
+        def dir_():
+            return sorted(set(module_globals) | set(self.names()))
+        return getattr_, dir_
 
     def get(self, module: str, op: str):
         fn = self.functions.get(op)

@@ -210,7 +210,7 @@ def rmsnorm_prepare_cuda(x, gamma, eps):
 @reference
 def rmsnorm_prepare_f64(x, gamma, eps):
     x64 = R.f64(x)
-    return (x64 * R.f64(gamma)).to(x.dtype), R.stat_like(R.rstd(x64, eps), x)
+    return (x64 * R.f64(gamma)).to(x.dtype), R.stat_like(R.rstd_of(x64, eps), x)
 
 
 @kernel
@@ -229,7 +229,7 @@ def linear_residual_rmsnorm_cuda(a, w, residual, gamma, eps):
 @reference
 def linear_residual_rmsnorm_f64(a, w, residual, gamma, eps):
     x64 = R.f64(a) @ R.f64(w).T + R.f64(residual)
-    return x64.to(a.dtype), (x64 * R.f64(gamma)).to(a.dtype), R.stat_like(R.rstd(x64, eps), a)
+    return x64.to(a.dtype), (x64 * R.f64(gamma)).to(a.dtype), R.stat_like(R.rstd_of(x64, eps), a)
 
 
 @kernel
