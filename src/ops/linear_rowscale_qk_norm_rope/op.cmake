@@ -6,7 +6,10 @@
 # pp_128x128x64_c2x1 (64 x 32 subtiles) and pp_192x128x64_c2x1_e16 (64 x 16; at 64 x 32 the 192-row tile spilled
 # 84 bytes) run the prepass program instead: the heads' sums taken over the accumulators before the subtile loop
 # (epilogue.hpp). Both compile to 168 registers, 0 spill; pin only until measured on the GPU.
+# pp_128x192x64_c2x1_e16: the prepass on quack's default tile (its qk_rope epilogue ran 0.979x cuBLAS on it at
+# llama3-1B); head_dim 64 only (a 128-wide head would straddle two tiles: the kernel refuses head_dim 128).
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 pp_192x128x64_c2x1_e16
+    pp_128x192x64_c2x1_e16
     FP16 pp_128x128x64_c2x1_e128
     DEFAULT pp_128x128x64_c2x1_e128 n 8)
