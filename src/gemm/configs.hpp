@@ -77,19 +77,6 @@ struct Pp128x128x64C2x1E128 : Pp128x128x64C2x1 {
   static constexpr char const* kName = "pp_128x128x64_c2x1_e128";
   using EpilogueTile = cute::Shape<cute::_64, cute::_128>;
 };
-/// Pingpong 192x128 (192 fp32 accumulators per consumer thread): 1.5x the 128x128 tile's FLOPs per A/B load;
-/// quack's qk_rope epilogue ran fastest on it at llama3-1B/8B's q/k/v widths (bench/results/vs_quack/f4qk/). Not
-/// compiled by itself (linear_rowscale_qk_norm_rope's program spilled 84 bytes at its 64x32 subtiles): the base of
-/// the e16 below.
-struct Pp192x128x64C2x1 : Mainloop<192, 128, 2, 1, true, false> {
-  static constexpr char const* kName = "pp_192x128x64_c2x1";
-};
-/// The same 192x128 tile with 64x16 subtiles (8 elements per thread per visit): a smaller epilogue live set beside
-/// the 192 accumulators (linear_rowscale_qk_norm_rope's prepass program: 0 spill).
-struct Pp192x128x64C2x1E16 : Pp192x128x64C2x1 {
-  static constexpr char const* kName = "pp_192x128x64_c2x1_e16";
-  using EpilogueTile = cute::Shape<cute::_64, cute::_16>;
-};
 /// The same 128x192 tile with linear_swiglu_bwd_zdz's earlier 64x16 epilogue code: dz in chunks of two pairs with
 /// both row pointers kept (`kNarrowChunk`, epilogue/swiglu_bwd_pair.hpp): 60 bytes of spill stores where e16 has 12,
 /// yet 0.95-0.98 of e16's time under sustained load in one run at llama3-8B/70B (bench/results/vs_quack/b3_e16h/):
