@@ -35,8 +35,7 @@ def custom_op(name: str, mutates_args=()):
     carries the op as `.custom_op` and its `register_fake`."""
     def define(fn):
         short = name.split("::")[-1]
-        if short in _OPS.functions:  # before torch registers it
-            raise NameError(f"coda op {name!r} is defined twice ({fn.__module__})")
+        _OPS.require_new(short, fn.__module__)  # before torch registers it
         op = torch.library.custom_op(name, mutates_args=mutates_args)(fn)
         return _OPS.add(short, _eager(short, op, fn, tuple(mutates_args)))
     return define

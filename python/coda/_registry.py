@@ -21,9 +21,12 @@ class Registry:
             raise NameError(f"a {self.what} is named <op>{self.suffix}, got {name!r}")
         return self.add(name[: -len(self.suffix)], fn)
 
-    def add(self, op: str, fn, where: str = ""):
+    def require_new(self, op: str, where: str):
         if op in self.functions:
-            raise NameError(f"{self.what} {op!r} is registered twice ({where or fn.__module__})")
+            raise NameError(f"{self.what} {op!r} is registered twice ({where})")
+
+    def add(self, op: str, fn):
+        self.require_new(op, fn.__module__)
         self.functions[op] = fn
         return fn
 

@@ -52,8 +52,9 @@ def test_unknown_names_raise_attribute_error():
 
 def test_every_torch_op_has_its_eager_caller():
     """@custom_op's caller carries the op; those with an autograd formula carry the eager fast path's Function."""
-    assert {"rmsnorm_prepare", "linear_residual_rmsnorm", "block_forward", "cross_entropy"} <= set(_library._OPS.functions)
-    for name, caller in _library._OPS.functions.items():
+    ops = _library._OPS.functions
+    assert {"rmsnorm_prepare", "linear_residual_rmsnorm", "block_forward", "cross_entropy"} <= set(ops)
+    for name, caller in ops.items():
         assert caller.custom_op._qualname == f"coda::{name}", name
         assert getattr(_library, name) is caller
     assert _library.block_forward.autograd_function is not None

@@ -27,16 +27,12 @@ namespace coda::ops {
 
 /// kPrepass: the builder's narrow subtiles with the heads' sums taken before the subtile loop
 /// (Sm90QkNormRopePrepass in a Sm90PrepassCollective), else 64 x 128 subtiles holding whole heads (Sm90QkNormRope).
-/// kTileN: the config's N tile; a head must not straddle two tiles, so a 192-wide tile takes head_dim 64 only.
-template <bool kPrepass, int kTileN>
+template <bool kPrepass>
 struct QkNormRopeEpilogueT {
   using Args = QkNormRopeArgs;
 
   static char const* check_args(Args const& a) {
     if (a.head_dim != 64 && a.head_dim != 128) return "head_dim must be 64 or 128";
-    if (kTileN % a.head_dim != 0) {
-      return "head_dim 128 needs a config whose N tile is a multiple of 128 (this config's is not: head_dim 64 only)";
-    }
     return nullptr;
   }
 
@@ -106,12 +102,15 @@ struct QkNormRopeEpilogueT {
   };
 };
 
+using QkNormRopeEpilogue = QkNormRopeEpilogueT<false>;
+using QkNormRopePrepassEpilogue = QkNormRopeEpilogueT<true>;
+
 /// A config with 64 x 128 subtiles (`_e128`) runs Sm90QkNormRope; any other the prepass program.
 template <class Config, class Element = cutlass::bfloat16_t>
 using QkNormRopeKernel = gemm::FusedLinear<
     Config,
-    QkNormRopeEpilogueT<cute::size<1>(typename gemm::EpilogueTileOf<Config, Element>::type{}) != 128,
-                        Config::kTileN>,
+    std::conditional_t<cute::size<1>(typename gemm::EpilogueTileOf<Config, Element>::type{}) == 128,
+                       QkNormRopeEpilogue, QkNormRopePrepassEpilogue>,
     Element, Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops
