@@ -21,7 +21,7 @@ contenders (`impl`; CODA's first, then quack's):
   gemm_norm_act(rstd, "swiglu") on h, CODA's op's own inputs.
 - linear_rowscale_qk_norm_rope (M x (hq + 2 hkv) hd x d, Qwen3's q/k/v with per-head q/k RMSNorm and RoPE) | quack
   qk_rope_epi on the normalised input (compared on q and k); coda_no_z: z not stored; coda_rowscale: CODA's
-  linear_rowscale on the same shape.
+  linear_rowscale on the same shape (and coda_rowscale:PIN at each --coda-pins config).
 - linear_swiglu_bwd_zdz (M x F x d; dz, y, zdz) | quack gemm_dact(activation="swiglu") (dz, y; no zdz).
 - linear_residual_rmsnorm_bwd (M x d x 2F, the gate/up dgrad; dx, a, dgamma) | quack gemm(dz, w) then
   rmsnorm.rmsnorm_bwd(dresidual_out = dx_in) (dx, dgamma; no a).
@@ -155,6 +155,7 @@ def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     if op == "linear_rowscale_qk_norm_rope":
         base.append("coda_no_z")  # forward only: z (the backward's input) not stored, as quack's qk_rope stores none
         base.append("coda_rowscale")  # CODA's linear_rowscale on the same shape: the epilogue-free floor
+        base += [f"coda_rowscale:{pin}" for pin in coda_pins]  # the floor at each pinned tile
     if op == "lm_head":
         base += ["coda:chunk4096", "torch_compile"]
     graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
@@ -650,6 +651,9 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns[f"coda:{pin}"] = with_env(*pin_variable(op, pin), fns["coda"])
             if "coda" in checks:  # the same comparison as CODA's default call
                 checks[f"coda:{pin}"] = checks["coda"]
+            if "coda_rowscale" in fns:
+                fns[f"coda_rowscale:{pin}"] = with_env(*pin_variable(op, pin), fns["coda_rowscale"])
+                checks[f"coda_rowscale:{pin}"] = checks["coda_rowscale"]
     choices = {}
     # Which kernel coda_gemm ran (tuned, pinned or cached): the rows say. For lm_head: the last chunk's dW GEMM.
     if op in ("gemm_gu", "gemm_down", "lm_head"):

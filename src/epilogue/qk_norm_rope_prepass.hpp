@@ -9,15 +9,18 @@
 // every other fused op's. (The 192-row and 192-column tiles this allowed ran slower than the 64 x 128 default on an
 // H100 and were removed: bench/results/vs_quack/f4qk/, run 4.)
 //
-// Prepass: each thread sums the squares of its accumulators per (row, 64-column half of the 128-wide N tile) (its
-// rows are r + 8 h + 64 mm of the MMA layout: 2 per 64-row block), the quad's xor-shuffles complete the rows, and
-// lane 0 of the quad writes the sums to shared memory, [tile row][half]; a __syncwarp later the quad's lanes read
-// them back in visit() (a row is only ever read by the warp that wrote it). One buffer serves both consumer
-// warpgroups: the pingpong kernel runs their store() calls one after the other (its math order barrier), and a
-// warpgroup's prepass writes only after the other's last read. head_dim 128 adds the two halves. rstd (the input norm's row scale) multiplies in visit, not in the prepass: S is of acc, not u.
+// Prepass: each thread sums the squares of its accumulators per (row, 64-column group of the N tile) (its rows are
+// r + 8 h + 64 mm of the MMA layout: 2 per 64-row block), the quad's xor-shuffles complete the rows, and lane 0 of
+// the quad writes the sums to shared memory, [tile row][group]; a __syncwarp later the quad's lanes read them back
+// in visit() (a row is only ever read by the warp that wrote it). One buffer serves both consumer warpgroups: the
+// pingpong kernel runs their store() calls one after the other (its math order barrier), and a warpgroup's prepass
+// writes only after the other's last read; the cooperative kernel splits the tile's rows between its warpgroups, so
+// every row has one warp for good. head_dim 128 adds two neighbouring groups. rstd (the input norm's row scale)
+// multiplies in visit, not in the prepass: S is of acc, not u.
 //
-// Requirements: pingpong (128 epilogue threads per warpgroup, two consumer warpgroups), a 128-wide N tile, a
-// subtile of at most 64 columns; head_dim 64 or 128. Host reference: coda::ref::linear_rowscale_qk_norm_rope.
+// Requirements: pingpong (two consumer warpgroups of 128 epilogue threads, one tile each) or cooperative (256
+// threads on one tile), an N tile that is a multiple of 128 (a head never straddles two tiles), a subtile of at most
+// 64 columns; head_dim 64 or 128. Host reference: coda::ref::linear_rowscale_qk_norm_rope.
 #pragma once
 
 #include <cstdint>
@@ -43,10 +46,12 @@ struct QkNormRopePrepassArguments : QkNormRopeArguments {
 template <class CtaTileShapeMNK>
 struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
-  static_assert(cute::size<1>(CtaTileShapeMNK{}) == 128, "QkNormRopePrepass: a 128-wide N tile (whole heads)");
+  static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
+  static constexpr int kGroups = kTileN / 64;  // 64-column groups per N tile
+  static_assert(kTileN % 128 == 0, "QkNormRopePrepass: an N tile of whole 128-column heads");
 
   struct SharedStorage {
-    alignas(16) float sumsq[kTileM][2];  // [tile row][64-column half]
+    alignas(16) float sumsq[kTileM][kGroups];  // [tile row][64-column group]
   };
 
   template <class ProblemShape>
@@ -68,12 +73,14 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
     template <class Acc, class TiledMma, class TensorStorage>
     static CUTLASS_DEVICE void run(Acc const& acc, TiledMma const& tiled_mma, int thread_idx, TensorStorage& ts) {
       using namespace cute;
-      // The GMMA accumulator fragment: ((2 columns, 2 row halves, 16 column groups), 64-row blocks, 1): value
-      // (e, h, j) of block mm at tile row r0 + 64 mm + 8 h, column c0 + 8 j + e.
+      // The GMMA accumulator fragment: ((2 columns, 2 row halves, kTileN / 8 column groups), 64-row blocks, 1):
+      // value (e, h, j) of block mm at tile row r0 + 64 mm + 8 h, column c0 + 8 j + e; v = e + 2 h + 4 j, so the
+      // 64-column group of value v is v / 32. A cooperative kernel's warpgroups hold 64-row blocks of their own.
       constexpr int kV = decltype(size<0>(acc))::value, kMM = decltype(size<1>(acc))::value;
-      static_assert(kV == 64 && kMM * 64 == kTileM && decltype(size<2>(acc))::value == 1,
-                    "QkNormRopePrepass: one m64n128 GMMA fragment per 64-row block");
-      float s[kMM][2][2] = {};  // [mm][h][64-column half]
+      constexpr int kWarpGroups = decltype(size(tiled_mma))::value / 128;
+      static_assert(kV == kTileN / 2 && kMM * 64 * kWarpGroups == kTileM && decltype(size<2>(acc))::value == 1,
+                    "QkNormRopePrepass: one m64 x (N tile) GMMA fragment per 64-row block");
+      float s[kMM][2][kGroups] = {};  // [mm][h][64-column group]
       CUTLASS_PRAGMA_UNROLL
       for (int mm = 0; mm < kMM; ++mm) {
         CUTLASS_PRAGMA_UNROLL
@@ -85,7 +92,7 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
       }
       // The rows, from the MMA's own coordinates (value 2 h of block mm is column group 0 of row half h).
       Tensor const cAcc = tiled_mma.get_thread_slice(thread_idx)
-                              .partition_C(make_identity_tensor(make_shape(Int<kTileM>{}, Int<128>{})));
+                              .partition_C(make_identity_tensor(make_shape(Int<kTileM>{}, Int<kTileN>{})));
       auto& smem = StorageOf::get(ts);
       bool const writer = (thread_idx & 3) == 0;
       CUTLASS_PRAGMA_UNROLL
@@ -94,11 +101,11 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
         for (int h = 0; h < 2; ++h) {
           int const row = get<0>(cAcc(2 * h, mm, 0));
           CUTLASS_PRAGMA_UNROLL
-          for (int half = 0; half < 2; ++half) {
-            float t = s[mm][h][half];
+          for (int g = 0; g < kGroups; ++g) {
+            float t = s[mm][h][g];
             t += __shfl_xor_sync(0xffffffffu, t, 1);
             t += __shfl_xor_sync(0xffffffffu, t, 2);
-            if (writer) smem.sumsq[row][half] = t;
+            if (writer) smem.sumsq[row][g] = t;
           }
         }
       }
@@ -119,11 +126,11 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
                               cutlass::Array<ElementInput, FragmentSize> const& u) {
       static_assert(FragmentSize % 4 == 0 && FragmentSize <= 32,
-                    "expects a subtile of at most 64 columns over 128 threads: column groups x 2 rows x 2");
+                    "expects a subtile of at most 64 columns: column groups x 2 rows x 2 per thread");
       auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
       int const r = cute::get<0>(origin), c = cute::get<1>(origin);
       int const hd = params->head_dim;
-      int const head = c / hd;  // the subtile's columns lie in one 64-column half: one head
+      int const head = c / hd;  // the subtile's columns lie in one 64-column group: one head
       cutlass::Array<float, FragmentSize> out;
       if (head >= params->n_q_heads + params->n_kv_heads) {  // v heads, and columns past N: pass through
         CUTLASS_PRAGMA_UNROLL
@@ -132,14 +139,14 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
       }
       float const* const gamma = head < params->n_q_heads ? params->q_gamma : params->k_gamma;
       int const M = params->M;
-      int const half = (c & 127) >> 6;
+      int const g = (c % kTileN) >> 6;  // the tile's N origin is a multiple of kTileN
       float const inv_hd = hd == 128 ? 1.0f / 128.0f : 1.0f / 64.0f;
       float rh[2], pos[2];
       CUTLASS_PRAGMA_UNROLL
       for (int h = 0; h < 2; ++h) {
         int const m = r + 8 * h;
         float const* const sums = smem->sumsq[m % kTileM];
-        float const sum = hd == 128 ? sums[0] + sums[1] : sums[half];
+        float const sum = hd == 128 ? sums[g & ~1] + sums[g | 1] : sums[g];
         float const x = __ldg(params->rstd + min(m, M - 1));
         rh[h] = rsqrtf(fmaf(x * x, sum * inv_hd, params->eps));
         pos[h] = static_cast<float>(__ldg(params->positions + min(m, M - 1)));
@@ -152,8 +159,8 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
   template <bool ReferenceSrc, class... Args>
   CUTLASS_DEVICE auto get_consumer_store_callbacks(
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
-    static_assert(decltype(cute::size(args.tiled_copy))::value == 128,
-                  "QkNormRopePrepass: a pingpong epilogue (128 threads; a quad's lanes share rows)");
+    static_assert(decltype(cute::size(args.tiled_copy))::value % 128 == 0,
+                  "QkNormRopePrepass: whole warpgroups of epilogue threads (a quad's lanes share rows)");
     auto coords = fragment_coords<ReferenceSrc>(args);
     return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), params_ptr, smem_ptr);
   }

@@ -9,7 +9,10 @@
 # Tried and dropped there: the prepass on 64 x 16 subtiles of a 192-row tile (pp_192x128x64_c2x1_e16: 1.455 / 1.243x)
 # and of a 192-column tile (pp_128x192x64_c2x1_e16, head_dim 64 only: 1.234x at 1B); not profiled (a likely cause: 24
 # subtiles per tile, each with its z and qkv TMA stores, against 2 at 64 x 128).
+# coop_128x256x64_c2x1 (128 x 32 subtiles) runs the prepass program on the cooperative kernel: 0.75x the 128 x 128
+# tile's operand bytes per FLOP (the trade that made it F1's down-projection default, linear_residual_rmsnorm's
+# op.cmake); a pin until measured.
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
-  KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1
+  KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
     FP16 pp_128x128x64_c2x1_e128
     DEFAULT pp_128x128x64_c2x1_e128 n 8)
