@@ -1060,7 +1060,9 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       // linear_rowscale_rope.
       {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, pp_n8.c_str()},
       // linear_rowscale_qk_norm_rope: its one kernel, for both dtypes.
-      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4096, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 3072, 2048, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
+      {"linear_rowscale_qk_norm_rope", CODA_FP16, 8192, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_FP16, 1, 256, 64, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       // linear_rowscale_lse: with logits raster N; without, swizzle 8 and cooperative from K = 8192 (bf16).
       {"linear_rowscale_lse", CODA_BF16, 8192, 128256, 8192, "pp_128x128x64_c2x1:raster=n"},
