@@ -15,8 +15,8 @@ maps back), the config (rope scaling through the model's own inv_freq, rms_norm_
 original forward on the same weights.
 Qwen3 (QK-norm: a per-head RMSNorm of q and k before RoPE) runs the same way except for the attention input: each
 layer's q/k/v come from ops.rmsnorm_qkv_qk_norm_rope (one GEMM with the input norm's row scale, the per-head norm
-and RoPE fused in its epilogue), and the layers run linear_residual_rmsnorm + the SwiGLU MLP one by one (the
-cross-layer block with the QK-norm, coda.models.stack.QK_NORM_BLOCK, stays off until it has run on a GPU).
+and RoPE fused in its epilogue), and the layers run through the cross-layer block as LLaMA's do, the block taking the
+QK-norm (coda.models.stack.QK_NORM_BLOCK; CODA_QK_NORM_BLOCK=0 runs the layers one by one instead).
 """
 from __future__ import annotations
 

@@ -71,12 +71,11 @@ def qkv_projection(x, w, positions, inv_freq, hq, hkv, hd, eps, cache):
 
 # Whether run_layers takes the block (coda_block_forward / _backward with config.qk_eps, block.h version 2) for a next
 # layer with QK-norm too (Qwen3), instead of linear_residual_rmsnorm + swiglu_mlp + rmsnorm_qkv_qk_norm_rope. Both
-# run the same fused kernels; the block saves h1, h2 and y1 and one autograd node per layer. Its QK-norm path has
-# passed the CPU tests (the float64 reference, the Qwen3 model against HF, the C ABI's validation) but has not run on a
-# GPU yet: off until tests/gpu/test_block.cpp's Block.ForwardBackwardQkNorm, tests/python/test_ops.py::
-# test_gpu_block_qk_norm and test_hf_qwen3.py::test_gpu_patch_qwen3[block] pass on an sm_90 machine.
-# CODA_QK_NORM_BLOCK=1 turns it on for such a run (read at import).
-QK_NORM_BLOCK = os.environ.get("CODA_QK_NORM_BLOCK", "0") == "1"
+# run the same fused kernels; the block saves h1, h2 and y1 and one autograd node per layer. On by default since its
+# GPU tests passed (an H100, 2026-12-05: Block.ForwardBackwardQkNorm, test_gpu_block_qk_norm, test_gpu_patch_qwen3
+# [block]) and `coda.train --model qwen3` ran 1.23-1.30x the per-layer path's tokens/s on the same card
+# (bench/results/train_qwen3_h200/README.md). CODA_QK_NORM_BLOCK=0 turns it off (read at import).
+QK_NORM_BLOCK = os.environ.get("CODA_QK_NORM_BLOCK", "1") != "0"
 
 
 def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, hkv, hd, eps, dropout=0.0):
@@ -94,7 +93,7 @@ def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, 
                                nxt.w_qkv, positions, inv_freq, hq, hkv, hd, eps, q_gamma=nxt.q_gamma,
                                k_gamma=nxt.k_gamma)
             continue
-        # The last layer (or, while QK_NORM_BLOCK is off, a next layer with QK-norm): linear_residual_rmsnorm and
+        # The last layer (or, with QK_NORM_BLOCK off, a next layer with QK-norm): linear_residual_rmsnorm and
         # the MLP, the next norm fused into the down-projection, then the next layer's projection from its cache.
         x1, h1, rstd1 = ops.linear_residual_rmsnorm(y0, layer.w_o, x, layer.gamma_post, eps)
         x, norm_cache = ops.swiglu_mlp(x1, layer.gamma_post, layer.w_gu, layer.w_down, eps, cache=(h1, rstd1),

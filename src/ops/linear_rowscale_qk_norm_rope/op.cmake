@@ -11,11 +11,12 @@
 # subtiles per tile, each with its z and qkv TMA stores, against 2 at 64 x 128).
 # coop_128x256x64_c2x1 (128 x 32 subtiles) runs the prepass program on the cooperative kernel: 0.75x the 128 x 128
 # tile's operand bytes per FLOP (the trade that made it F1's down-projection default, linear_residual_rmsnorm's
-# op.cmake). On an H100 under sustained load (one run, 6b37e54, bench/results/vs_quack/f4qk/ run 5), time / cuBLAS at
-# llama3-8B / 70B: raster M swizzle 8 1.039 / 1.023, raster N 1.114 / 1.029, where the e128 default ran 1.123 / 1.210;
-# at llama3-1B (K = 2048: 32 k-steps per tile, and the cooperative epilogue does not overlap the MMA) 1.63 against 1.17.
+# op.cmake). On an H100 under sustained load (bench/results/vs_quack/f4qk/ runs 5-7, 6b37e54 / 662ee49), raster M
+# swizzle 8 took 0.93-0.98 of the e128 kernel's time at llama3-8B and 0.84-0.87 at 70B (1.04-1.10 / 1.02-1.03x
+# cuBLAS), raster N 0.99-1.01 / 0.85-0.89 of it; at llama3-1B (K = 2048: 32 k-steps per tile, and the cooperative
+# epilogue does not overlap the MMA) it ran 1.63x cuBLAS against e128's 1.17x.
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
     FP16 pp_128x128x64_c2x1_e128
     DEFAULT pp_128x128x64_c2x1_e128 n 8
-    RULE "K >= 4096" coop_128x256x64_c2x1 m 8 "d >= 4096: cooperative 128x256, raster M (f4qk run 5)")
+    RULE "K >= 4096" coop_128x256x64_c2x1 m 8 "d >= 4096: cooperative 128x256, raster M (f4qk runs 5-7)")
