@@ -22,6 +22,8 @@ contenders (`impl`; CODA's first, then quack's):
 - linear_rowscale_qk_norm_rope (M x (hq + 2 hkv) hd x d, Qwen3's q/k/v with per-head q/k RMSNorm and RoPE) | quack
   qk_rope_epi on the normalised input (compared on q and k); coda_no_z: z not stored; coda_rowscale: CODA's
   linear_rowscale on the same shape (and coda_rowscale:PIN at each --coda-pins config).
+- linear_rowscale_rope (M x (hq + 2 hkv) hd x d, LLaMA's q/k/v with RoPE) | no quack op (its qk_rope_epi also norms
+  every head); coda_rowscale (and coda_rowscale:PIN) as for the QK-norm op.
 - linear_swiglu_bwd_zdz (M x F x d; dz, y, zdz) | quack gemm_dact(activation="swiglu") (dz, y; no zdz).
 - linear_residual_rmsnorm_bwd (M x d x 2F, the gate/up dgrad; dx, a, dgamma) | quack gemm(dz, w) then
   rmsnorm.rmsnorm_bwd(dresidual_out = dx_in) (dx, dgamma; no a).
@@ -101,7 +103,7 @@ SUITE = "vs_quack"
 MODEL_CONFIGS = ("llama3-1B", "llama3-8B", "llama3-70B")  # names as the issue writes them; CONFIGS keys lower-case
 VOCAB = 128256
 OPS = ("gemm_gu", "gemm_down", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_qk_norm_rope",
-       "linear_swiglu_bwd_zdz", "linear_residual_rmsnorm_bwd", "lm_head", "rmsnorm", "block")
+       "linear_rowscale_rope", "linear_swiglu_bwd_zdz", "linear_residual_rmsnorm_bwd", "lm_head", "rmsnorm", "block")
 SCREENED_OPS = ("gemm_gu", "gemm_down", "linear_residual_rmsnorm", "linear_rowscale_swiglu",
                 "linear_rowscale_qk_norm_rope", "linear_swiglu_bwd_zdz")  # quack GEMMs with a config to pick
 PASS = {"linear_swiglu_bwd_zdz": "bwd", "linear_residual_rmsnorm_bwd": "bwd", "lm_head": "fwdbwd", "block": "fwdbwd"}
@@ -154,6 +156,7 @@ def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
     if op == "linear_rowscale_qk_norm_rope":
         base.append("coda_no_z")  # forward only: z (the backward's input) not stored, as quack's qk_rope stores none
+    if op in ("linear_rowscale_qk_norm_rope", "linear_rowscale_rope"):
         base.append("coda_rowscale")  # CODA's linear_rowscale on the same shape: the epilogue-free floor
         base += [f"coda_rowscale:{pin}" for pin in coda_pins]  # the floor at each pinned tile
     if op == "lm_head":
@@ -163,7 +166,8 @@ def contenders(op, quack=True, coda_pins=(), graph_ops=()):
         return base + graphed
     extra = {"linear_residual_rmsnorm": ["quack_default", "quack_best", "quack_rms"],
              "linear_rowscale_swiglu": ["quack_default", "quack_best", "quack_norm_act"],
-             "linear_residual_rmsnorm_bwd": ["quack"], "lm_head": ["quack"], "rmsnorm": ["quack"]}
+             "linear_residual_rmsnorm_bwd": ["quack"], "lm_head": ["quack"], "rmsnorm": ["quack"],
+             "linear_rowscale_rope": []}
     return base + extra.get(op, ["quack_default", "quack_best"]) + graphed
 
 
@@ -173,7 +177,8 @@ def op_shape(op, cfg, M):
     return {"gemm_gu": (M, 2 * F, d), "gemm_down": (M, d, F), "linear_residual_rmsnorm": (M, d, F),
             "linear_rowscale_swiglu": (M, 2 * F, d), "linear_swiglu_bwd_zdz": (M, F, d),
             "linear_residual_rmsnorm_bwd": (M, d, 2 * F), "lm_head": (M, VOCAB, d), "rmsnorm": (M, d, None),
-            "block": (M, d, F), "linear_rowscale_qk_norm_rope": (M, (cfg[2] + 2 * cfg[3]) * cfg[4], d)}[op]
+            "block": (M, d, F), "linear_rowscale_qk_norm_rope": (M, (cfg[2] + 2 * cfg[3]) * cfg[4], d),
+            "linear_rowscale_rope": (M, (cfg[2] + 2 * cfg[3]) * cfg[4], d)}[op]
 
 
 def block_gemms(cfg, M):
@@ -560,6 +565,19 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             w_row = w_row.to(torch.bfloat16)
             d_q = torch.empty(M, N, **bf)
             quack_pair(lambda lbl: (lambda: {"qk": q.qk_rope(n, w.t(), cs, hd, w_row, d_q, lbl)[:, :rot]}), ["qk"])
+    elif op == "linear_rowscale_rope":
+        hq, hkv, hd = cfg[2], cfg[3], cfg[4]
+        h, w = r(M, d, std=4.0), r(N, d, std=d ** -0.5)
+        rstd = torch.rand(M, device=device, generator=g) + 0.5
+        pos = torch.randint(0, 131072, (M,), device=device, generator=g, dtype=torch.int32)
+        inv = (1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float64) / hd)).float()
+        z_cb = torch.empty(M, N, **bf)
+        fns["cublas_gemm"] = lambda: {"z": torch.mm(h, w.t(), out=z_cb)}
+        fns["coda"] = lambda: {"qkv": _kernels.linear_rowscale_rope(h, w, rstd, pos, inv, hq, hkv, hd)}
+        fns["coda_rowscale"] = lambda: {"z": _kernels.linear_rowscale(h, w, rstd)}
+        # v passes through RoPE: the row-scaled GEMM's v columns are CODA's op's
+        checks["coda_rowscale"] = ("coda", [("v", lambda o: o["z"][:, (hq + hkv) * hd:],
+                                             lambda r_: r_["qkv"][:, (hq + hkv) * hd:])])
     elif op == "linear_swiglu_bwd_zdz":
         dx, w_down, z = r(M, d), r(d, N, std=d ** -0.5), r(M, 2 * N)
         dy_cb = torch.empty(M, N, **bf)

@@ -342,7 +342,8 @@ def _cpu_stand_ins(monkeypatch):
     import bench_gemm
     from coda import _C, _kernels, _reference
     for name in ("rmsnorm_prepare", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_swiglu_bwd_zdz",
-                 "linear_residual_rmsnorm_bwd", "linear_rowscale_qk_norm_rope", "linear_rowscale"):
+                 "linear_residual_rmsnorm_bwd", "linear_rowscale_qk_norm_rope", "linear_rowscale_rope",
+                 "linear_rowscale"):
         monkeypatch.setattr(_kernels, name, getattr(_reference, name))
     monkeypatch.setattr(_C, "stream", lambda device: None)
 
