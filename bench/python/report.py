@@ -26,11 +26,20 @@ HERE = Path(__file__).resolve().parent
 
 
 def commit():
+    """HEAD's short hash, with "-dirty" when tracked files differ from it (a copy of a working tree whose .git is an
+    older snapshot reads as its snapshot's commit otherwise); "unknown" without git."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        head = git("rev-parse", "--short", "HEAD")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    try:
+        dirty = git("status", "--porcelain", "--untracked-files=no") != ""
+    except (OSError, subprocess.CalledProcessError):
+        dirty = True  # no answer: do not claim a clean tree
+    return head + ("-dirty" if dirty else "")
 
 
 FAILED = []  # (part's log, its last line) of every part that exited non-zero

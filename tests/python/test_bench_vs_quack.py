@@ -526,3 +526,29 @@ def test_block_rows_and_table():
     assert len(vs_quack.markdown_table(rows).splitlines()) == 2  # header and rule: no block line
     assert table in vs_quack.readme(rows)
     assert vs_quack.block_table([]) == ""
+
+
+def test_commit_label_marks_a_tree_that_differs_from_head(tmp_path, monkeypatch):
+    """report.commit (vs_quack's `commit` field): HEAD's short hash in a clean tree, "-dirty" once a tracked file
+    differs (a device's copy of a working tree can carry an older .git), "unknown" without a repository."""
+    import shutil
+    import subprocess
+    import report
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no repository above tmp_path either
+    assert report.commit() == "unknown"
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("a\n")
+    git("add", "f.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = git("rev-parse", "--short", "HEAD").strip()
+    assert report.commit() == head
+    (tmp_path / "untracked.txt").write_text("x\n")  # untracked files do not count
+    assert report.commit() == head
+    (tmp_path / "f.txt").write_text("b\n")
+    assert report.commit() == head + "-dirty"
