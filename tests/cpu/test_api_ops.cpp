@@ -1059,8 +1059,10 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_rowscale", CODA_BF16, 8192, 16384, 4096, pp_n8.c_str()},
       // linear_rowscale_rope.
       {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, pp_n8.c_str()},
-      // linear_rowscale_qk_norm_rope: cooperative 128x256 raster M from K = 4096 (bf16), else the e128 kernel.
-      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4096, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
+      // linear_rowscale_qk_norm_rope: cooperative 128x256 raster M from K = 4096 and M = 4096 (bf16), else the e128
+      // kernel.
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 4096, 6144, 4096, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 4095, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4095, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 3072, 2048, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_FP16, 8192, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},

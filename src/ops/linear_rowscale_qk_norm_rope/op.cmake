@@ -14,9 +14,10 @@
 # op.cmake). On an H100 under sustained load (bench/results/vs_quack/f4qk/ runs 5-7, 6b37e54 / 662ee49), raster M
 # swizzle 8 took 0.93-0.98 of the e128 kernel's time at llama3-8B and 0.84-0.87 at 70B (1.04-1.10 / 1.02-1.03x
 # cuBLAS), raster N 0.99-1.01 / 0.85-0.89 of it; at llama3-1B (K = 2048: 32 k-steps per tile, and the cooperative
-# epilogue does not overlap the MMA) it ran 1.63x cuBLAS against e128's 1.17x.
+# epilogue does not overlap the MMA) it ran 1.63x cuBLAS against e128's 1.17x. Large M only (measured at 8192 tokens): a
+# 128x256 tile halves the CTA count, which a short M cannot spare.
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
     FP16 pp_128x128x64_c2x1_e128
     DEFAULT pp_128x128x64_c2x1_e128 n 8
-    RULE "K >= 4096" coop_128x256x64_c2x1 m 8 "d >= 4096: cooperative 128x256, raster M (f4qk runs 5-7)")
+    RULE "K >= 4096 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 4096: cooperative 128x256, raster M (f4qk runs 5-7)")
