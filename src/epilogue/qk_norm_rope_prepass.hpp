@@ -1,5 +1,5 @@
 // QkNormRopePrepass: linear_rowscale_qk_norm_rope's node (the math of qk_norm_rope.hpp) for the builder's narrow
-// epilogue subtiles (64 x 32: 16 elements per thread per visit), with the heads' sums of squares taken before the
+// epilogue subtiles (64 x 32 pingpong, 128 x 32 cooperative: 16 elements per thread per visit), with the heads' sums of squares taken before the
 // subtile loop by its Prepass over the accumulators (accumulator_prepass.hpp). Per q and k head of row m:
 //   S = sum_j acc_j^2 over the head's columns (the prepass),   r = 1 / sqrt(rstd[m]^2 S / head_dim + eps),
 //   n_j = u_j r gamma[j] with u = rstd[m] acc (the node's child),   out = RoPE(n);   v heads: out = u.
@@ -7,7 +7,8 @@
 // Why: the 64 x 128 subtile of Sm90QkNormRope holds 64 fragment elements per thread beside the accumulators, which
 // leaves no room for a 192-row pingpong tile (192 accumulators: 428 bytes of spill); here a visit holds 16, as
 // every other fused op's. (The 192-row and 192-column tiles this allowed ran slower than the 64 x 128 default on an
-// H100 and were removed: bench/results/vs_quack/f4qk/, run 4.)
+// H100 and were removed: bench/results/vs_quack/f4qk/, run 4.) On the cooperative 128x256 tile whole heads per visit
+// would take 128 x 128 subtiles: 32 KiB per D and per z buffer, two mainloop stages fewer.
 //
 // Prepass: each thread sums the squares of its accumulators per (row, 64-column group of the N tile) (its rows are
 // r + 8 h + 64 mm of the MMA layout: 2 per 64-row block), the quad's xor-shuffles complete the rows, and lane 0 of
