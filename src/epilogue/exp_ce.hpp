@@ -58,7 +58,7 @@ enum class SoftcapMode { kOff, kOn, kRunTime };
 struct ExpCeArguments {
   float const* rstd = nullptr;    ///< [M] row scale of the accumulator: l = rstd acc
   float cap = 0.0f;               ///< softcap c >= 0 (0 = off)
-  float inv_cap = 0.0f;           ///< 1 / c (0 when off)
+  float inv_cap = 0.0f;           ///< inverse_softcap(c) (epilogue/softcap.hpp)
   float const* offset = nullptr;  ///< [M] K, fp32
   int64_t vocab = 0;              ///< kMaskColumns: columns >= vocab (of this problem) are left out of the sums
   int64_t tile_base = 0;          ///< N-tile index of the problem's first column in the partials

@@ -11,9 +11,13 @@
 
 namespace coda::epilogue {
 
+/// 1 / c, or 0 when the cap is off (c == 0): SoftcapArguments::inv_cap and the cross-entropy kernels' inverse, one
+/// IEEE division wherever it is taken (host or device), so every kernel of a step caps with the same value.
+CUTLASS_HOST_DEVICE float inverse_softcap(float cap) { return cap > 0.0f ? 1.0f / cap : 0.0f; }
+
 struct SoftcapArguments {
   float cap = 0.0f;      ///< c >= 0; 0 = off
-  float inv_cap = 0.0f;  ///< 1 / c (0 when off): a multiply instead of a division per element
+  float inv_cap = 0.0f;  ///< inverse_softcap(c): a multiply instead of a division per element
 };
 
 template <class T>

@@ -28,6 +28,7 @@
 
 #include <cmath>
 
+#include "epilogue/softcap.hpp"  // inverse_softcap
 #include "kernels/device_utils.cuh"
 #include "kernels/kernels.hpp"
 
@@ -99,7 +100,7 @@ __global__ void ce_exp_offset_kernel(CeExpArgs a) {
   auto const* w = static_cast<__nv_bfloat16 const*>(a.w) + t * a.ldw;
   float const l = a.rstd[m] * warp_dot(h, w, a.d, lane);
   float c, s;
-  cap_f(l, a.softcap, a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f, c, s);
+  cap_f(l, a.softcap, epilogue::inverse_softcap(a.softcap), c, s);
   if (lane == 0) {
     a.offset[m] = c;
     a.target_logit[m] = l;
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(kRescueThreads) ce_exp_rescue_kernel(CeExpArgs
   __shared__ double scratch2[kRescueWarps];
   int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   unsigned const count = *a.flag_count;
-  float const cap = a.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+  float const cap = a.softcap, inv_cap = epilogue::inverse_softcap(cap);
   for (unsigned i = blockIdx.x; i < count; i += gridDim.x) {
     int64_t const m = a.flagged[i];
     int64_t const t = load_target(a.targets, a.targets_int64, m);  // valid: the finish checked it

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "epilogue/softcap.hpp"  // inverse_softcap
 #include "kernels/device_utils.cuh"
 #include "kernels/kernels.hpp"
 
@@ -389,7 +390,7 @@ void cross_entropy(CrossEntropyArgs const& a, cudaStream_t stream) {
   p.label_smoothing = a.options.label_smoothing;
   p.z_loss = a.options.z_loss;
   p.softcap = a.options.softcap;
-  p.inv_softcap = a.options.softcap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(a.options.softcap)) : 0.0f;
+  p.inv_softcap = epilogue::inverse_softcap(a.options.softcap);
   p.reduction = reduction;
   p.grad_loss = a.grad_loss;
   p.grad_mode = a.grad_loss == nullptr ? 0 : (per_row && !a.grad_loss_scalar ? 2 : 1);

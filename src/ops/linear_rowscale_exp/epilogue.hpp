@@ -6,6 +6,7 @@
 #pragma once
 
 #include "epilogue/exp_ce.hpp"
+#include "epilogue/softcap.hpp"  // inverse_softcap
 #include "epilogue/tree_args.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_rowscale_exp/kernels.hpp"
@@ -31,7 +32,7 @@ struct ExpCeEpilogue {
       epilogue::ExpCeArguments& e = epilogue::node_args<Node, Fusion>(out);
       e.rstd = args.rstd;
       e.cap = args.softcap;
-      e.inv_cap = args.softcap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(args.softcap)) : 0.0f;
+      e.inv_cap = epilogue::inverse_softcap(args.softcap);
       e.offset = args.offset;
       e.vocab = args.vocab;
       e.tile_base = args.tile_base;

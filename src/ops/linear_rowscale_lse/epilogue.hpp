@@ -43,7 +43,7 @@ void make_args(FusionArguments& out, LseArgs const& args, gemm::Operands const& 
   epilogue::set_column_vector(epilogue::node_args<Rstd<Traits>, Fusion>(out), args.rstd, op.M);
   epilogue::SoftcapArguments& cap = epilogue::node_args<Softcap<Traits>, Fusion>(out);
   cap.cap = args.softcap;
-  cap.inv_cap = args.softcap > 0.0f ? static_cast<float>(1.0 / static_cast<double>(args.softcap)) : 0.0f;
+  cap.inv_cap = epilogue::inverse_softcap(args.softcap);
   epilogue::OnlineLseArguments& lse = epilogue::node_args<Lse<Traits>, Fusion>(out);
   lse.ptr_max = args.part_max;
   lse.ptr_sumexp = args.part_sumexp;
