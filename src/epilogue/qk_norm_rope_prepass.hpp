@@ -1,6 +1,7 @@
 // QkNormRopePrepass: linear_rowscale_qk_norm_rope's node (the math of qk_norm_rope.hpp) for the builder's narrow
-// epilogue subtiles (64 x 32 pingpong, 128 x 32 cooperative: 16 elements per thread per visit), with the heads' sums of squares taken before the
-// subtile loop by its Prepass over the accumulators (accumulator_prepass.hpp). Per q and k head of row m:
+// epilogue subtiles (64 x 32 pingpong, 128 x 32 cooperative: 16 elements per thread per visit), with the heads' sums
+// of squares taken before the subtile loop by its Prepass over the accumulators (accumulator_prepass.hpp). Per q and
+// k head of row m:
 //   S = sum_j acc_j^2 over the head's columns (the prepass),   r = 1 / sqrt(rstd[m]^2 S / head_dim + eps),
 //   n_j = u_j r gamma[j] with u = rstd[m] acc (the node's child),   out = RoPE(n);   v heads: out = u.
 //
