@@ -158,7 +158,7 @@ def contenders(op, quack=True, coda_pins=(), graph_ops=()):
         base.append("coda_no_z")  # forward only: z (the backward's input) not stored, as quack's qk_rope stores none
     if op in ("linear_rowscale_qk_norm_rope", "linear_rowscale_rope"):
         base.append("coda_rowscale")  # CODA's linear_rowscale on the same shape: the epilogue-free floor
-        base += [f"coda_rowscale:{pin}" for pin in coda_pins]  # the floor at each pinned tile
+        base += [f"coda_rowscale:{pin}" for pin in floor_pins(coda_pins)]  # the floor at each pinned tile
     if op == "lm_head":
         base += ["coda:chunk4096", "torch_compile"]
     graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
@@ -669,7 +669,7 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns[f"coda:{pin}"] = with_env(*pin_variable(op, pin), fns["coda"])
             if "coda" in checks:  # the same comparison as CODA's default call
                 checks[f"coda:{pin}"] = checks["coda"]
-            if "coda_rowscale" in fns:
+            if "coda_rowscale" in fns and pin in floor_pins([pin]):
                 fns[f"coda_rowscale:{pin}"] = with_env(*pin_variable(op, pin), fns["coda_rowscale"])
                 checks[f"coda_rowscale:{pin}"] = checks["coda_rowscale"]
     choices = {}
@@ -789,6 +789,12 @@ def pin_variable(op, pin):
     if m:
         return m.group(1), m.group(2)
     return ("CODA_GEMM_CONFIG" if op in ("gemm_gu", "gemm_down") else "CODA_OP_CONFIG"), pin
+
+
+def floor_pins(coda_pins):
+    """The --coda-pins entries that also pin `coda_rowscale` (linear_rowscale): a CODA_* variable or CODA_OP_CONFIG's
+    global form `<config>[:<knobs>]`; a per-op entry (`<op>=<config>...`) would leave linear_rowscale unpinned."""
+    return [p for p in coda_pins if re.fullmatch(r"CODA_[A-Z0-9_]+=.*", p) or "=" not in p.split(":", 1)[0]]
 
 
 def with_env(var, value, fn):

@@ -552,3 +552,32 @@ def test_commit_label_marks_a_tree_that_differs_from_head(tmp_path, monkeypatch)
     assert report.commit() == head
     (tmp_path / "f.txt").write_text("b\n")
     assert report.commit() == head + "-dirty"
+
+
+@pytest.mark.parametrize("op", ["linear_rowscale_qk_norm_rope", "linear_rowscale_rope"])
+def test_coda_pins_pin_the_rowscale_floor_too(op, monkeypatch):
+    """--coda-pins on the q/k/v ops: `coda:PIN` and, for a global config pin or a CODA_* variable, `coda_rowscale:PIN`
+    (linear_rowscale at the same pin); a per-op pin names only the fused op, so the floor gets no pinned twin. The
+    case's contenders are contenders()'s, and every call sets the pin's variable while it runs."""
+    _cpu_stand_ins(monkeypatch)
+    pins = ["coop_128x256x64_c2x1:raster=m,swizzle=8", "CODA_PDL=1", f"{op}=pp_128x128x64_c2x1"]
+    assert vs_quack.floor_pins(pins) == pins[:2]
+    seen = {}
+    monkeypatch.setattr(vs_quack, "env_var", lambda var, value: _recording_env(seen, var, value))
+    case = vs_quack.build_case(op, vs_quack.CONFIGS["tiny"], 128, None, device="cpu", coda_pins=pins)
+    assert sorted(case.fns) == sorted(vs_quack.contenders(op, False, pins))  # the same set (pins last here)
+    assert [i for i in case.fns if i.startswith("coda_rowscale:")] == [f"coda_rowscale:{p}" for p in pins[:2]]
+    case.fns["coda_rowscale:" + pins[0]]()
+    assert seen["CODA_OP_CONFIG"] == pins[0]
+    case.fns["coda_rowscale:CODA_PDL=1"]()
+    assert seen["CODA_PDL"] == "1"
+
+
+def _recording_env(seen, var, value):
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        seen[var] = value
+        yield
+    return cm()

@@ -74,8 +74,9 @@ def qkv_projection(x, w, positions, inv_freq, hq, hkv, hd, eps, cache):
 # run the same fused kernels; the block saves h1, h2 and y1 and one autograd node per layer. On by default since its
 # GPU tests passed (an H100, 2026-12-05: Block.ForwardBackwardQkNorm, test_gpu_block_qk_norm, test_gpu_patch_qwen3
 # [block]) and `coda.train --model qwen3` ran 1.23-1.30x the per-layer path's tokens/s on the same card
-# (bench/results/train_qwen3_h200/README.md). CODA_QK_NORM_BLOCK=0 turns it off (read at import).
-QK_NORM_BLOCK = os.environ.get("CODA_QK_NORM_BLOCK", "1") != "0"
+# (bench/results/train_qwen3_h200/README.md). CODA_QK_NORM_BLOCK=0 (or false, off, no) turns it off (read at
+# import).
+QK_NORM_BLOCK = os.environ.get("CODA_QK_NORM_BLOCK", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def run_layers(x, positions, inv_freq, layers, gamma_final, attention_mask, hq, hkv, hd, eps, dropout=0.0):

@@ -20,4 +20,4 @@ coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
     FP16 pp_128x128x64_c2x1_e128
     DEFAULT pp_128x128x64_c2x1_e128 n 8
-    RULE "K >= 4096 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 4096: cooperative 128x256, raster M (f4qk runs 5-7)")
+    RULE "K >= 4096 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 4096 at M >= 4096: cooperative 128x256, raster M (f4qk runs 5-7)")
