@@ -21,6 +21,11 @@ CONFIGS = {  # d, F, hq, hkv, hd
     "llama3-1b": (2048, 8192, 32, 8, 64),
     "llama3-8b": (4096, 14336, 32, 8, 128),
     "llama3-70b": (8192, 28672, 64, 8, 128),
+    # Qwen3 dense models (their HF configs: hidden, intermediate, heads, kv heads, head_dim 128 in all): the QK-norm
+    # op's own shapes; llama3-1B's head_dim 64 is no Qwen3 model's.
+    "qwen3-1.7b": (2048, 6144, 16, 8, 128),
+    "qwen3-4b": (2560, 9728, 32, 8, 128),
+    "qwen3-14b": (5120, 17408, 40, 8, 128),
     "tiny": (64, 128, 2, 1, 64),  # CPU smoke runs
 }
 EPS = 1e-5

@@ -7,6 +7,8 @@ first step): every contender of an (op, model config, tokens) is timed in the sa
     python bench/python/vs_quack.py --estimate [--tokens 8192,16384]          # the planned GPU time only (no GPU)
     python bench/python/vs_quack.py --ops gemm_gu,linear_rowscale_swiglu --coda-pins "CODA_PDL=1;pp_128x192x64_c2x1"
                                         # CODA variants (CODA_PDL needs libcoda built with -DCODA_GDC=ON, docs/GEMM.md)
+    python bench/python/vs_quack.py --ops linear_rowscale_qk_norm_rope --configs qwen3-1.7B,qwen3-4B,llama3-8B,qwen3-14B
+                                        # the QK-norm op on Qwen3's shapes (llama3-8B's heads are Qwen3-8B's)
     python bench/python/vs_quack.py --ops rmsnorm --graph-ops rmsnorm         # + CUDA-graph replays (no host time)
 
 Ops, their GEMM (D[M,N] = A[M,K] B, M = tokens; d, F from bench/python/common.py CONFIGS, V = 128256) and the
@@ -101,6 +103,7 @@ from report import commit as git_commit
 
 SUITE = "vs_quack"
 MODEL_CONFIGS = ("llama3-1B", "llama3-8B", "llama3-70B")  # names as the issue writes them; CONFIGS keys lower-case
+OTHER_CONFIGS = ("qwen3-1.7B", "qwen3-4B", "qwen3-14B")  # --configs may name them (the QK-norm op's own shapes)
 VOCAB = 128256
 OPS = ("gemm_gu", "gemm_down", "linear_residual_rmsnorm", "linear_rowscale_swiglu", "linear_rowscale_qk_norm_rope",
        "linear_rowscale_rope", "linear_swiglu_bwd_zdz", "linear_residual_rmsnorm_bwd", "lm_head", "rmsnorm", "block")
@@ -200,10 +203,10 @@ def work(op, shape, cfg=None):
 
 def canonical_config(name):
     """'llama3-8b' / 'LLAMA3-8B' -> 'llama3-8B'; ValueError for another name."""
-    for c in MODEL_CONFIGS:
+    for c in MODEL_CONFIGS + OTHER_CONFIGS:
         if c.lower() == name.strip().lower():
             return c
-    raise ValueError(f"unknown model config {name!r}; choose from {', '.join(MODEL_CONFIGS)}")
+    raise ValueError(f"unknown model config {name!r}; choose from {', '.join(MODEL_CONFIGS + OTHER_CONFIGS)}")
 
 
 def estimate_seconds(ops, configs, tokens, timing, quack=True, n_screen=len(QUACK_CONFIGS), setup_s=1.5,

@@ -581,3 +581,15 @@ def _recording_env(seen, var, value):
         seen[var] = value
         yield
     return cm()
+
+
+def test_qwen3_configs_are_named_but_not_in_the_default_set():
+    """--configs takes the Qwen3 shapes (head_dim 128, the QK-norm op's own) beside llama3's; the default stays the
+    issue's three."""
+    a = vs_quack.parse_args(["--configs", "Qwen3-4b,llama3-8B", "--ops", "linear_rowscale_qk_norm_rope"])
+    assert a.configs == ["qwen3-4B", "llama3-8B"]
+    assert vs_quack.parse_args([]).configs == list(vs_quack.MODEL_CONFIGS)
+    d, F, hq, hkv, hd = vs_quack.CONFIGS["qwen3-4b"]
+    assert vs_quack.op_shape("linear_rowscale_qk_norm_rope", vs_quack.CONFIGS["qwen3-4b"], 8192) == \
+        (8192, (hq + 2 * hkv) * hd, d) == (8192, 6144, 2560)
+    assert all(vs_quack.CONFIGS[c.lower()][4] == 128 for c in vs_quack.OTHER_CONFIGS)
