@@ -533,34 +533,41 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns["quack_norm_act"] = lambda: dict(zip(("z", "y"), q.gemm_norm_act(h, w.t(), rstd, z_n, y_n)))
             labels["quack_norm_act"] = "default"
             checks["quack_norm_act"] = ("coda", same("z", "y"))
-    elif op == "linear_rowscale_qk_norm_rope":
-        # RoPE with per-head q/k RMSNorm (Qwen3's q/k/v; llama3-8B's heads are Qwen3-8B's). quack's nearest:
-        # qk_rope_epi, which norms and rotates every head (v too) from a cos/sin table and takes the normalised input:
-        # compared on q and k.
+    elif op in ("linear_rowscale_qk_norm_rope", "linear_rowscale_rope"):
+        # The q/k/v projection with RoPE (LLaMA), with per-head q/k RMSNorm too (Qwen3; llama3-8B's heads are
+        # Qwen3-8B's). quack's nearest to the QK-norm op: qk_rope_epi, which norms and rotates every head (v too) from
+        # a cos/sin table and takes the normalised input: compared on q and k. quack has no RoPE-only op.
         hq, hkv, hd = cfg[2], cfg[3], cfg[4]
         rot = (hq + hkv) * hd
+        qk_norm = op == "linear_rowscale_qk_norm_rope"
         h, w = r(M, d, std=4.0), r(N, d, std=d ** -0.5)
         rstd = torch.rand(M, device=device, generator=g) + 0.5
-        q_gamma, k_gamma = (1 + r(hd, std=0.1)).float(), (1 + r(hd, std=0.1)).float()
+        if qk_norm:
+            q_gamma, k_gamma = (1 + r(hd, std=0.1)).float(), (1 + r(hd, std=0.1)).float()
         pos = torch.randint(0, 131072, (M,), device=device, generator=g, dtype=torch.int32)
         inv = (1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float64) / hd)).float()
         z_cb = torch.empty(M, N, **bf)
         fns["cublas_gemm"] = lambda: {"z": torch.mm(h, w.t(), out=z_cb)}
+        if not qk_norm:
+            fns["coda"] = lambda: {"qkv": _kernels.linear_rowscale_rope(h, w, rstd, pos, inv, hq, hkv, hd)}
+            # v passes through RoPE: the row-scaled GEMM's v columns are CODA's op's
+            checks["coda_rowscale"] = ("coda", [("v", lambda o: o["z"][:, rot:], lambda r_: r_["qkv"][:, rot:])])
+        else:
+            def coda_call():
+                qkv, z = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd,
+                                                               1e-6)
+                return {"qk": qkv[:, :rot], "z": z}
+            fns["coda"] = coda_call
 
-        def coda_call():
-            qkv, z = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd, 1e-6)
-            return {"qk": qkv[:, :rot], "z": z}
-        fns["coda"] = coda_call
-
-        def coda_no_z():
-            qkv, _ = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd, 1e-6,
-                                                           store_z=False)
-            return {"qk": qkv[:, :rot]}
-        fns["coda_no_z"] = coda_no_z
-        checks["coda_no_z"] = ("coda", same("qk"))
-        fns["coda_rowscale"] = lambda: {"z": _kernels.linear_rowscale(h, w, rstd)}
-        checks["coda_rowscale"] = ("coda", same("z"))
-        if q:
+            def coda_no_z():
+                qkv, _ = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd,
+                                                               1e-6, store_z=False)
+                return {"qk": qkv[:, :rot]}
+            fns["coda_no_z"] = coda_no_z
+            checks["coda_no_z"] = ("coda", same("qk"))
+            checks["coda_rowscale"] = ("coda", same("z"))
+        fns["coda_rowscale"] = lambda: {"z": _kernels.linear_rowscale(h, w, rstd)}  # after its reference, "coda"
+        if q and qk_norm:
             n = (h.float() * rstd[:, None]).to(torch.bfloat16)
             theta = pos.double()[:, None] * inv.double()[None, :]
             cs = torch.stack((torch.cos(theta), torch.sin(theta)), dim=-1).reshape(M, hd).to(torch.bfloat16)
@@ -568,19 +575,6 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             w_row = w_row.to(torch.bfloat16)
             d_q = torch.empty(M, N, **bf)
             quack_pair(lambda lbl: (lambda: {"qk": q.qk_rope(n, w.t(), cs, hd, w_row, d_q, lbl)[:, :rot]}), ["qk"])
-    elif op == "linear_rowscale_rope":
-        hq, hkv, hd = cfg[2], cfg[3], cfg[4]
-        h, w = r(M, d, std=4.0), r(N, d, std=d ** -0.5)
-        rstd = torch.rand(M, device=device, generator=g) + 0.5
-        pos = torch.randint(0, 131072, (M,), device=device, generator=g, dtype=torch.int32)
-        inv = (1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float64) / hd)).float()
-        z_cb = torch.empty(M, N, **bf)
-        fns["cublas_gemm"] = lambda: {"z": torch.mm(h, w.t(), out=z_cb)}
-        fns["coda"] = lambda: {"qkv": _kernels.linear_rowscale_rope(h, w, rstd, pos, inv, hq, hkv, hd)}
-        fns["coda_rowscale"] = lambda: {"z": _kernels.linear_rowscale(h, w, rstd)}
-        # v passes through RoPE: the row-scaled GEMM's v columns are CODA's op's
-        checks["coda_rowscale"] = ("coda", [("v", lambda o: o["z"][:, (hq + hkv) * hd:],
-                                             lambda r_: r_["qkv"][:, (hq + hkv) * hd:])])
     elif op == "linear_swiglu_bwd_zdz":
         dx, w_down, z = r(M, d), r(d, N, std=d ** -0.5), r(M, 2 * N)
         dy_cb = torch.empty(M, N, **bf)
@@ -672,7 +666,8 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
             fns[f"coda:{pin}"] = with_env(*pin_variable(op, pin), fns["coda"])
             if "coda" in checks:  # the same comparison as CODA's default call
                 checks[f"coda:{pin}"] = checks["coda"]
-            if "coda_rowscale" in fns and pin in floor_pins([pin]):
+        if "coda_rowscale" in fns:
+            for pin in floor_pins(coda_pins):
                 fns[f"coda_rowscale:{pin}"] = with_env(*pin_variable(op, pin), fns["coda_rowscale"])
                 checks[f"coda_rowscale:{pin}"] = checks["coda_rowscale"]
     choices = {}

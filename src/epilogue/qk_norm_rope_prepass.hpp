@@ -5,11 +5,9 @@
 //   S = sum_j acc_j^2 over the head's columns (the prepass),   r = 1 / sqrt(rstd[m]^2 S / head_dim + eps),
 //   n_j = u_j r gamma[j] with u = rstd[m] acc (the node's child),   out = RoPE(n);   v heads: out = u.
 //
-// Why: the 64 x 128 subtile of Sm90QkNormRope holds 64 fragment elements per thread beside the accumulators, which
-// leaves no room for a 192-row pingpong tile (192 accumulators: 428 bytes of spill); here a visit holds 16, as
-// every other fused op's. (The 192-row and 192-column tiles this allowed ran slower than the 64 x 128 default on an
-// H100 and were removed: bench/results/vs_quack/f4qk/, run 4.) On the cooperative 128x256 tile whole heads per visit
-// would take 128 x 128 subtiles: 32 KiB per D and per z buffer, two mainloop stages fewer.
+// Why: whole heads per visit take 64 x 128 subtiles (Sm90QkNormRope: 64 fragment elements per thread beside the
+// accumulators) on a pingpong tile, and 128 x 128 subtiles on the cooperative 128x256 tile (32 KiB per D and per z
+// buffer: two mainloop stages fewer); here a visit holds 16, as every other fused op's.
 //
 // Prepass: each thread sums the squares of its accumulators per (row, 64-column group of the N tile) (its rows are
 // r + 8 h + 64 mm of the MMA layout: 2 per 64-row block), the quad's xor-shuffles complete the rows, and lane 0 of
