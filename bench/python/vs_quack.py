@@ -153,7 +153,8 @@ def parse_quack_config(label):
 def contenders(op, quack=True, coda_pins=(), graph_ops=()):
     """The impl names timed for op (references first: cuBLAS, then CODA, then CODA with each --coda-pins config:
     `coda:PIN`, lm_head's coda:chunk4096 and torch_compile, quack's; for an op in --graph-ops, `coda_graph` and
-    `quack_graph` last). build_case builds the same set, with the `coda:PIN` entries after quack's."""
+    each quack call's `<impl>_graph` last). build_case builds the same set, with the `coda:PIN` entries after quack's
+    (and run_case adds `quack_best_graph` once the screen has picked quack_best)."""
     if op == "block":
         return list(BLOCK_IMPLS) + [f"coda:{pin}" for pin in coda_pins]
     base = ["coda"] if op == "rmsnorm" else ["cublas_gemm", "coda"] + [f"coda:{pin}" for pin in coda_pins]
@@ -164,14 +165,13 @@ def contenders(op, quack=True, coda_pins=(), graph_ops=()):
         base += [f"coda_rowscale:{pin}" for pin in floor_pins(coda_pins)]  # the floor at each pinned tile
     if op == "lm_head":
         base += ["coda:chunk4096", "torch_compile"]
-    graphed = ["coda_graph"] + (["quack_graph"] if quack else []) if op in graph_ops else []
-    if not quack:
-        return base + graphed
     extra = {"linear_residual_rmsnorm": ["quack_default", "quack_best", "quack_rms"],
              "linear_rowscale_swiglu": ["quack_default", "quack_best", "quack_norm_act"],
              "linear_residual_rmsnorm_bwd": ["quack"], "lm_head": ["quack"], "rmsnorm": ["quack"],
              "linear_rowscale_rope": []}
-    return base + extra.get(op, ["quack_default", "quack_best"]) + graphed
+    quacks = extra.get(op, ["quack_default", "quack_best"]) if quack else []
+    graphed = [f"{impl}_graph" for impl in ["coda"] + quacks] if op in graph_ops else []
+    return base + quacks + graphed
 
 
 def op_shape(op, cfg, M):
@@ -256,7 +256,8 @@ def parse_args(argv=None):
                         "VAR a CODA_* variable sets that instead (e.g. CODA_PDL=1)")
     p.add_argument("--graph-ops", default="",
                    help="comma-separated ops also timed as CUDA-graph replays of 20 calls (`coda_graph`, "
-                        "`quack_graph`, per call): for ops whose host time per call exceeds the kernel, e.g. rmsnorm")
+                        "`quack_graph`, `quack_default_graph`, `quack_best_graph`, ..., per call): for ops whose "
+                        "host time per call may exceed the kernel's, e.g. rmsnorm or quack's CuTeDSL launches")
     p.add_argument("--deadline-min", type=float, default=None,
                    help="start no new (op, config, tokens) after this many minutes (each gets a `skipped` row)")
     p.add_argument("--commit", default=None, help="commit label of the rows (default: git rev-parse --short HEAD)")
@@ -469,7 +470,8 @@ def _rand(g, device):
 def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", coda_pins=(), graph_ops=()):
     """The contenders of op at model config cfg and M tokens on CUDA (quack: QuackOps or None; quack_configs: the
     short list quack_best is screened from; coda_pins: CODA's own call with each config pinned, `coda:PIN`;
-    graph_ops: ops whose CODA and quack calls are also timed as CUDA-graph replays, `coda_graph`, `quack_graph`)."""
+    graph_ops: ops whose CODA and quack calls are also timed as CUDA-graph replays, `coda_graph`, `quack_graph`,
+    `quack_default_graph`, ...)."""
     from coda import _C, _kernels
     shape = op_shape(op, cfg, M)
     _, N, K = shape
@@ -675,12 +677,11 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
     if op in ("gemm_gu", "gemm_down", "lm_head"):
         for impl in [k for k in fns if k.startswith("coda")]:
             fns[impl] = recording_choice(fns[impl], choices, impl)
-    if op in graph_ops:
-        for impl in ("coda", "quack"):
-            if impl in fns:
-                fns[f"{impl}_graph"] = GraphReplay(fns[impl])
-                if impl in checks:
-                    checks[f"{impl}_graph"] = checks[impl]
+    if op in graph_ops:  # quack_best's replay: run_case, after the screen
+        for impl in [i for i in fns if i == "coda" or (i.startswith("quack") and not i.endswith("_graph"))]:
+            fns[f"{impl}_graph"] = GraphReplay(fns[impl])
+            if impl in checks:
+                checks[f"{impl}_graph"] = checks[impl]
     return Case(op, shape, fns, checks, pinned, labels, info, choices)
 
 
@@ -933,6 +934,9 @@ def run_case(case, t, tol, device="cuda"):
             picked = next(r for r in screen if r["quack_config"] == best)
             res["quack_best"] = {k: v for k, v in picked.items() if k in ("first_call_s", "agrees", "max_rel_err")}
             res["quack_best"]["screen_ms"] = picked["ms"]
+            if "quack_default_graph" in case.fns:  # a graphed op: quack's pick replayed too
+                case.fns["quack_best_graph"] = GraphReplay(case.pinned[best])
+                res["quack_best_graph"] = {}
         else:
             res["quack_best"] = {"error": "every config of --quack-configs failed: " +
                                  "; ".join(f"{r['quack_config']}: {r.get('error', '?')}" for r in screen)[:300]}

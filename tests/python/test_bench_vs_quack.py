@@ -484,6 +484,10 @@ def test_graph_ops_contenders_and_per_call_time():
     assert vs_quack.contenders("rmsnorm", True, (), ["rmsnorm"]) == ["coda", "quack", "coda_graph", "quack_graph"]
     assert vs_quack.contenders("rmsnorm", False, (), ["rmsnorm"]) == ["coda", "coda_graph"]
     assert vs_quack.contenders("linear_residual_rmsnorm", False, (), ["rmsnorm"]) == ["cublas_gemm", "coda"]
+    qk = "linear_rowscale_qk_norm_rope"  # every quack call replayed too (quack_best's after the screen picks it)
+    assert vs_quack.contenders(qk, True, (), [qk])[-5:] == ["quack_default", "quack_best", "coda_graph",
+                                                            "quack_default_graph", "quack_best_graph"]
+    assert vs_quack.contenders(qk, False, (), [qk])[-1] == "coda_graph"
     g = vs_quack.GraphReplay(lambda: None, calls=20)
     assert g.graph is None  # nothing captured before the first call
     got = vs_quack.per_op_call(g, {"ms": 2.0, "warm_ms_per_call": 1.0, "clock_mhz": 1500})
