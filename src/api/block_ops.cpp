@@ -448,20 +448,25 @@ CODA_API coda_status coda_block_backward(const coda_block_config* config, const 
     if (s.M > 0 && qk_norm) {
       step("qk_norm_rope_bwd_zdz (QK-norm + RoPE backward)", [&] {
         coda::kernels::qk_norm_rope_bwd_zdz(
-            coda::kernels::qk_norm_rope_bwd_args(sv.z, *dqkv, w.q_gamma, w.k_gamma, *positions, *inv_freq,
-                                                 cfg.n_q_heads, cfg.n_kv_heads, cfg.head_dim, cfg.qk_eps, s.d, *dqkv,
-                                                 plan.zdz2, static_cast<float*>(g.q_gamma.data),
-                                                 static_cast<float*>(g.k_gamma.data), ws),
+            coda::kernels::qk_norm_rope_bwd_args({.z = sv.z, .dqkv = *dqkv, .q_gamma = w.q_gamma,
+                                                  .k_gamma = w.k_gamma, .positions = *positions,
+                                                  .inv_freq = *inv_freq, .n_q_heads = cfg.n_q_heads,
+                                                  .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim,
+                                                  .eps = cfg.qk_eps, .hidden_size = s.d, .dz = *dqkv,
+                                                  .zdz = plan.zdz2, .dq_gamma = static_cast<float*>(g.q_gamma.data),
+                                                  .dk_gamma = static_cast<float*>(g.k_gamma.data), .workspace = ws}),
             st);
       });
     }
     if (s.M > 0) {
       if (!qk_norm) {
         step("rope_bwd_zdz (RoPE backward)", [&] {
-          coda::kernels::rope_bwd_zdz(coda::kernels::rope_bwd_args(sv.qkv, *dqkv, *positions, *inv_freq,
-                                                                   cfg.n_q_heads, cfg.n_kv_heads, cfg.head_dim, s.d,
-                                                                   *dqkv, plan.zdz2),
-                                      st);
+          coda::kernels::rope_bwd_zdz(
+              coda::kernels::rope_bwd_args({.qkv = sv.qkv, .dqkv = *dqkv, .positions = *positions,
+                                            .inv_freq = *inv_freq, .n_q_heads = cfg.n_q_heads,
+                                            .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim,
+                                            .hidden_size = s.d, .dz = *dqkv, .zdz = plan.zdz2}),
+              st);
         });
       }
       // 2. linear_residual_rmsnorm_bwd with W_qkv: dx2 (into dx0) = dx2_in + RMSNorm-2 backward of dz_qkv W_qkv; a2;

@@ -168,8 +168,10 @@ CODA_API coda_status coda_rope_bwd_zdz(const coda_tensor* qkv, const coda_tensor
     api::require_kernel_device(device, {Q, DQ, P, F, DZ, Z});
     if (M == 0) return;
     coda::kernels::rope_bwd_zdz(
-        coda::kernels::rope_bwd_args(*qkv, *dqkv, *positions, *inv_freq, n_q_heads, n_kv_heads, head_dim, hidden_size,
-                                     *dz_out, static_cast<float*>(zdz_out->data)),
+        coda::kernels::rope_bwd_args({.qkv = *qkv, .dqkv = *dqkv, .positions = *positions, .inv_freq = *inv_freq,
+                                      .n_q_heads = n_q_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                                      .hidden_size = hidden_size, .dz = *dz_out,
+                                      .zdz = static_cast<float*>(zdz_out->data)}),
         static_cast<cudaStream_t>(stream));
   });
 }
@@ -206,11 +208,14 @@ CODA_API coda_status coda_qk_norm_rope_bwd_zdz(const coda_tensor* z, const coda_
     api::require_kernel_device(device, {Zi, DQ, GQ, GK, P, F, DZ, ZD, DGQ, DGK});
     if (M == 0) return;
     coda::kernels::qk_norm_rope_bwd_zdz(
-        coda::kernels::qk_norm_rope_bwd_args(*z, *dqkv, *q_gamma, *k_gamma, *positions, *inv_freq, n_q_heads,
-                                             n_kv_heads, head_dim, qk_eps, hidden_size, *dz_out,
-                                             static_cast<float*>(zdz_out->data),
-                                             static_cast<float*>(dq_gamma_out->data),
-                                             static_cast<float*>(dk_gamma_out->data), workspace),
+        coda::kernels::qk_norm_rope_bwd_args({.z = *z, .dqkv = *dqkv, .q_gamma = *q_gamma, .k_gamma = *k_gamma,
+                                              .positions = *positions, .inv_freq = *inv_freq,
+                                              .n_q_heads = n_q_heads, .n_kv_heads = n_kv_heads,
+                                              .head_dim = head_dim, .eps = qk_eps, .hidden_size = hidden_size,
+                                              .dz = *dz_out, .zdz = static_cast<float*>(zdz_out->data),
+                                              .dq_gamma = static_cast<float*>(dq_gamma_out->data),
+                                              .dk_gamma = static_cast<float*>(dk_gamma_out->data),
+                                              .workspace = workspace}),
         static_cast<cudaStream_t>(stream));
   });
 }

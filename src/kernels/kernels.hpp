@@ -172,27 +172,36 @@ struct RopeBwdArgs {
   int64_t ld_dz = 0;
   float* zdz = nullptr;          ///< [M]
 };
-/// RopeBwdArgs of validated row-major [M, W] qkv, dqkv and dz (their dtype, M and row strides are qkv's and
-/// theirs), positions [M] int32, inv_freq fp32 and zdz [M] fp32.
-inline RopeBwdArgs rope_bwd_args(coda_tensor const& qkv, coda_tensor const& dqkv, coda_tensor const& positions,
-                                 coda_tensor const& inv_freq, int32_t n_q_heads, int32_t n_kv_heads,
-                                 int32_t head_dim, int64_t hidden_size, coda_tensor const& dz, float* zdz) {
+/// What rope_bwd_args reads, by name (callers fill it with designated initializers, so that a swapped field is a
+/// compile error, not a wrong gradient): validated row-major [M, W] qkv, dqkv and dz (dtype, M and row strides from
+/// them), positions [M] int32, inv_freq fp32, zdz [M] fp32.
+struct RopeBwdTensors {
+  coda_tensor const& qkv;
+  coda_tensor const& dqkv;
+  coda_tensor const& positions;
+  coda_tensor const& inv_freq;
+  int32_t n_q_heads, n_kv_heads, head_dim;
+  int64_t hidden_size;
+  coda_tensor const& dz;
+  float* zdz;
+};
+inline RopeBwdArgs rope_bwd_args(RopeBwdTensors const& t) {
   RopeBwdArgs k;
-  k.dtype = qkv.dtype;
-  k.M = qkv.sizes[0];
-  k.n_q_heads = n_q_heads;
-  k.n_kv_heads = n_kv_heads;
-  k.head_dim = head_dim;
-  k.qkv = qkv.data;
-  k.ld_qkv = qkv.strides[0];
-  k.dqkv = dqkv.data;
-  k.ld_dqkv = dqkv.strides[0];
-  k.positions = static_cast<int32_t const*>(positions.data);
-  k.inv_freq = static_cast<float const*>(inv_freq.data);
-  k.hidden_size = hidden_size;
-  k.dz = dz.data;
-  k.ld_dz = dz.strides[0];
-  k.zdz = zdz;
+  k.dtype = t.qkv.dtype;
+  k.M = t.qkv.sizes[0];
+  k.n_q_heads = t.n_q_heads;
+  k.n_kv_heads = t.n_kv_heads;
+  k.head_dim = t.head_dim;
+  k.qkv = t.qkv.data;
+  k.ld_qkv = t.qkv.strides[0];
+  k.dqkv = t.dqkv.data;
+  k.ld_dqkv = t.dqkv.strides[0];
+  k.positions = static_cast<int32_t const*>(t.positions.data);
+  k.inv_freq = static_cast<float const*>(t.inv_freq.data);
+  k.hidden_size = t.hidden_size;
+  k.dz = t.dz.data;
+  k.ld_dz = t.dz.strides[0];
+  k.zdz = t.zdz;
   return k;
 }
 /// rope_bwd_zdz (coda_rope_bwd_zdz): dz = R(-theta) dqkv per q/k pair (2i, 2i+1) of each head, v passes through;
@@ -223,35 +232,47 @@ struct QkNormRopeBwdArgs {
   void* workspace = nullptr;     ///< qk_norm_rope_bwd_workspace_bytes(M, head_dim) fp32 partials
 };
 
-/// The arguments from validated tensors (the C entry point and the block build them the same way).
-inline QkNormRopeBwdArgs qk_norm_rope_bwd_args(coda_tensor const& z, coda_tensor const& dqkv,
-                                               coda_tensor const& q_gamma, coda_tensor const& k_gamma,
-                                               coda_tensor const& positions, coda_tensor const& inv_freq,
-                                               int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, float eps,
-                                               int64_t hidden_size, coda_tensor const& dz, float* zdz,
-                                               float* dq_gamma, float* dk_gamma, void* workspace) {
+/// What qk_norm_rope_bwd_args reads, by name (designated initializers at both callers, the C entry point and the
+/// block): validated tensors as QkNormRopeBwdArgs describes them; dtype, M and row strides from z, dqkv and dz.
+struct QkNormRopeBwdTensors {
+  coda_tensor const& z;
+  coda_tensor const& dqkv;
+  coda_tensor const& q_gamma;
+  coda_tensor const& k_gamma;
+  coda_tensor const& positions;
+  coda_tensor const& inv_freq;
+  int32_t n_q_heads, n_kv_heads, head_dim;
+  float eps;
+  int64_t hidden_size;
+  coda_tensor const& dz;
+  float* zdz;
+  float* dq_gamma;
+  float* dk_gamma;
+  void* workspace;
+};
+inline QkNormRopeBwdArgs qk_norm_rope_bwd_args(QkNormRopeBwdTensors const& t) {
   QkNormRopeBwdArgs k;
-  k.dtype = z.dtype;
-  k.M = z.sizes[0];
-  k.n_q_heads = n_q_heads;
-  k.n_kv_heads = n_kv_heads;
-  k.head_dim = head_dim;
-  k.z = z.data;
-  k.ld_z = z.strides[0];
-  k.dqkv = dqkv.data;
-  k.ld_dqkv = dqkv.strides[0];
-  k.q_gamma = static_cast<float const*>(q_gamma.data);
-  k.k_gamma = static_cast<float const*>(k_gamma.data);
-  k.positions = static_cast<int32_t const*>(positions.data);
-  k.inv_freq = static_cast<float const*>(inv_freq.data);
-  k.eps = eps;
-  k.hidden_size = hidden_size;
-  k.dz = dz.data;
-  k.ld_dz = dz.strides[0];
-  k.zdz = zdz;
-  k.dq_gamma = dq_gamma;
-  k.dk_gamma = dk_gamma;
-  k.workspace = workspace;
+  k.dtype = t.z.dtype;
+  k.M = t.z.sizes[0];
+  k.n_q_heads = t.n_q_heads;
+  k.n_kv_heads = t.n_kv_heads;
+  k.head_dim = t.head_dim;
+  k.z = t.z.data;
+  k.ld_z = t.z.strides[0];
+  k.dqkv = t.dqkv.data;
+  k.ld_dqkv = t.dqkv.strides[0];
+  k.q_gamma = static_cast<float const*>(t.q_gamma.data);
+  k.k_gamma = static_cast<float const*>(t.k_gamma.data);
+  k.positions = static_cast<int32_t const*>(t.positions.data);
+  k.inv_freq = static_cast<float const*>(t.inv_freq.data);
+  k.eps = t.eps;
+  k.hidden_size = t.hidden_size;
+  k.dz = t.dz.data;
+  k.ld_dz = t.dz.strides[0];
+  k.zdz = t.zdz;
+  k.dq_gamma = t.dq_gamma;
+  k.dk_gamma = t.dk_gamma;
+  k.workspace = t.workspace;
   return k;
 }
 /// qk_norm_rope_bwd_zdz (coda_qk_norm_rope_bwd_zdz): dz of the per-head norm and RoPE from the pre-norm z, zdz for the
