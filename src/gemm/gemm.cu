@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "gemm/cublas_backend.hpp"
 #include "gemm/plain_instances.hpp"
+#include "gemm/tile_grid.hpp"
 #include "runtime/autotune.hpp"
 #include "runtime/device.hpp"
 
@@ -185,23 +186,12 @@ thread_local std::string t_last_choice;
 
 // ---- tuning ------------------------------------------------------------------------------------------------------
 
-/// Whether CUTLASS's heuristic raster order resolves to along M for kernel `info` on `a` at max swizzle `swizzle`
-/// (tile_scheduler_params.h: the CTA counts, rounded to the cluster, are padded to (1 << log swizzle) x cluster,
-/// log swizzle = 3 / 2 / 1 for a swizzle of 8 / 4 / 2 when the smaller count is >= 6 / 3 / 2; along M when N's count
-/// is then the larger). The ragged scheduler resolves it through the same code.
+/// Whether CUTLASS's heuristic raster order resolves to along M for kernel `info` on `a` at max swizzle `swizzle`:
+/// along M when N's scheduled CTA count (gemm::tile_grid, padding included) is the larger. The ragged scheduler
+/// resolves it through the same code.
 bool heuristic_along_m(KernelInfo const& info, GemmArgs const& a, int swizzle) {
-  auto ctas = [](int64_t extent, int tile, int cluster) {
-    int64_t const t = (extent + tile - 1) / tile;
-    return (t + cluster - 1) / cluster * cluster;
-  };
-  int64_t const m = ctas(a.M, info.tile_m, info.cluster_m), n = ctas(a.N, info.tile_n, info.cluster_n);
-  int64_t const least = std::min(m, n);
-  int const log = swizzle >= 8 && least >= 6 ? 3 : swizzle >= 4 && least >= 3 ? 2 : swizzle >= 2 && least >= 2 ? 1 : 0;
-  auto pad = [&](int64_t count, int cluster) {
-    int64_t const q = (int64_t{1} << log) * cluster;
-    return (count + q - 1) / q * q;
-  };
-  return pad(n, info.cluster_n) > pad(m, info.cluster_m);
+  TileGrid const g = tile_grid(info, a.M, a.N, swizzle);
+  return g.n > g.m;
 }
 
 /// c with a heuristic raster replaced by the order it resolves to: two names, one schedule, compare equal.

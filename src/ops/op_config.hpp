@@ -3,6 +3,7 @@
 
 #include "common/error.hpp"
 #include "gemm/kernel_api.hpp"
+#include "gemm/tile_grid.hpp"
 
 #include <cstdint>
 #include <string>

@@ -29,8 +29,10 @@
 # The tile policy of a pinnable kind is its choose() (the first KERNEL) or choose_<tag>(): (fp16, M, N, K) -> the
 # kernel CODA_OP_CONFIG pins (with its knobs), else the first RULE whose condition (a C++ expression in M, N, K, the
 # GEMM's extents, and fp16) holds, else the DEFAULT. <raster> is h (CUTLASS's heuristic), m or n; <swizzle> 1, 2, 4
-# or 8. A kind compiles at most one FP16 config. A RULE whose config the kind does not compile for fp16 applies to
-# bf16 only (fp16 goes on to the next RULE, and at the DEFAULT runs its one kernel at the DEFAULT knobs). No RULE
+# or 8, the most the chooser uses: it halves it while CUTLASS's padding of the tile grid to the swizzle would add more
+# than 1/8 to the tiles the problem needs (gemm::fit_swizzle, src/gemm/tile_grid.hpp; a pin's knobs run as given).
+# A kind compiles at most one FP16 config. A RULE whose config the kind does not compile for fp16 applies to bf16
+# only (fp16 goes on to the next RULE, and at the DEFAULT runs its one kernel at the DEFAULT knobs). No RULE
 # word may be a keyword of this function or contain a ';'. <why> is one line, carried into the generated code; the
 # measurements behind it go in comments above the RULE. The first KERNEL's BF16 list is the op's config list (the
 # table's entry); a later pinnable kind needs the same list, since a pin names one config for the whole op.
@@ -302,7 +304,7 @@ gemm::KernelOps<${args}> const& ${getter}() {
       string(APPEND body "  // ${why}
   if (${condition}) {
     c.ops = ${kernel};
-    c.knobs = ${knobs};
+    c.knobs = gemm::fit_swizzle(c.ops->info, M, N, ${knobs});
     return c;
   }
 ")
@@ -320,14 +322,15 @@ gemm::KernelOps<${args}> const& ${getter}() {
     string(APPEND choosers "
 /// ${alias}'s kernel and scheduler knobs for an M x N x K problem (op.cmake's tile policy): the kernel
 /// CODA_OP_CONFIG pins, else the first RULE that holds, else ${default_config} (${fp16_note}) at raster
-/// ${default_raster}, swizzle ${default_swizzle}.
+/// ${default_raster}, swizzle ${default_swizzle}; an unpinned swizzle is lowered where it would pad the tile grid
+/// (gemm::fit_swizzle).
 inline KernelChoice<${args}> ${chooser}(bool fp16, [[maybe_unused]] int64_t M, [[maybe_unused]] int64_t N,
     [[maybe_unused]] int64_t K) {
   KernelChoice<${args}> c = choose_kernel<${fallback}>(\"coda_${op}\", fp16,
       {${listed}},
       ${fp16_kernel});
   if (c.pinned) return c;
-${body}  c.knobs = ${default_knobs};
+${body}  c.knobs = gemm::fit_swizzle(c.ops->info, M, N, ${default_knobs});
   return c;
 }
 ")

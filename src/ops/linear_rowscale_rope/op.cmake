@@ -3,4 +3,8 @@ coda_fused_op(linear_rowscale_rope ARGS RopeArgs NAMESPACE rope_kernels LAYOUT f
   KERNEL RopeKernel BF16 coop_128x256x64_c2x1 pp_128x128x64_c2x1 FP16 pp_128x128x64_c2x1
     # Pingpong 128x128 (the sin/cos epilogue overlaps the other warpgroup's MMA), raster along N, swizzle 8:
     # 0.98-0.99 x cuBLAS on the LLaMA qkv shapes, cooperative 128x256 1.09-1.24 x (bench/results/fused_h200_*).
-    DEFAULT pp_128x128x64_c2x1 n 8)
+    DEFAULT pp_128x128x64_c2x1 n 8
+    # llama3-70B's q/k/v (K = 8192) on an H100: cooperative 128x256 at raster M, swizzle 8 ran 0.87 of pingpong's
+    # time (pingpong 1.17-1.18x cuBLAS there); at 8B 1.03-1.05x pingpong's (bench/results/vs_quack/h100_bc3ad2e/).
+    # Not yet timed on the H200 at these knobs (the 1.09-1.24 above: heuristic raster, swizzle 1).
+    RULE "K >= 8192 && M >= 4096" coop_128x256x64_c2x1 m 8 "llama3-70B: cooperative 128x256 (h100_bc3ad2e)")
