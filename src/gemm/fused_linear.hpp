@@ -265,7 +265,8 @@ struct FusedLinear {
   static KernelOps<EpilogueArgs> const& ops() {
     static KernelOps<EpilogueArgs> const table{
         KernelInfo{Config::kName, Config::kTileM, Config::kTileN, Config::kTileK, Config::kClusterM,
-                   Config::kClusterN, Config::kPingpong, Config::kStreamK},
+                   Config::kClusterN, Config::kPingpong, Config::kStreamK,
+                   std::is_same_v<typename Config::Scheduler, RaggedPersistentScheduler>},
         &check, &workspace_size, &run};
     return table;
   }

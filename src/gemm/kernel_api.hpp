@@ -63,6 +63,7 @@ struct KernelInfo {
   int cluster_m = 1, cluster_n = 1;
   bool pingpong = false;  ///< pingpong (two consumer warpgroups on alternating tiles) vs cooperative
   bool stream_k = false;  ///< stream-K tile scheduler (accepts every Decomposition)
+  bool ragged = false;    ///< the ragged tile scheduler (ragged_scheduler.hpp): no tiles padded to the swizzle
 };
 
 /// Function table of one compiled kernel, parameterised by the epilogue's (CUTLASS-free) argument struct.

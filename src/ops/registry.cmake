@@ -30,7 +30,8 @@
 # kernel CODA_OP_CONFIG pins (with its knobs), else the first RULE whose condition (a C++ expression in M, N, K, the
 # GEMM's extents, and fp16) holds, else the DEFAULT. <raster> is h (CUTLASS's heuristic), m or n; <swizzle> 1, 2, 4
 # or 8, the most the chooser uses: it halves it while CUTLASS's padding of the tile grid to the swizzle would add more
-# than 1/8 to the tiles the problem needs (gemm::fit_swizzle, src/gemm/tile_grid.hpp; a pin's knobs run as given).
+# than 1/8 to the tiles the problem needs (gemm::fit_swizzle, src/gemm/tile_grid.hpp; not for ragged-scheduler
+# kernels, which pad nothing; a pin's knobs run as given).
 # A kind compiles at most one FP16 config. A RULE whose config the kind does not compile for fp16 applies to bf16
 # only (fp16 goes on to the next RULE, and at the DEFAULT runs its one kernel at the DEFAULT knobs). No RULE
 # word may be a keyword of this function or contain a ';'. <why> is one line, carried into the generated code; the

@@ -2,6 +2,9 @@
 // the internal coda::gemm namespace and the public coda::gemm() of <coda/ops.hpp> do not share a translation unit.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cstdint>
+
 #include "gemm/tile_grid.hpp"
 
 namespace {
@@ -24,7 +27,7 @@ TEST(TileGrid, PaddingAndFittedSwizzle) {
   EXPECT_EQ(g.tiles_n, 28);
   EXPECT_EQ(g.m, 64);
   EXPECT_EQ(g.n, 32);
-  g = tile_grid(coop, 1000, 4096, 8);  // 8 M tiles (cluster-rounded), padded to 8 x 2
+  g = tile_grid(coop, 1000, 4096, 8);  // 8 M tiles, padded to 16 (swizzle 8 x cluster 2)
   EXPECT_EQ(g.tiles_m, 8);
   EXPECT_EQ(g.m, 16);
   EXPECT_EQ(g.n, 16);
@@ -44,10 +47,21 @@ TEST(TileGrid, PaddingAndFittedSwizzle) {
   EXPECT_EQ(fit_swizzle(coop, 1, 512, k).swizzle, 1);
   EXPECT_EQ(fit_swizzle(coop, 0, 512, k).swizzle, 8);       // nothing to pad
   EXPECT_EQ(fit_swizzle(coop, 8192, 7168, k).raster, Raster::kAlongM);  // only the swizzle
-  KernelInfo pp192;  // 128x192: dgrad N = 14336 is 75 tiles, 80 at swizzle 8 (6.7 %: kept)
-  pp192.tile_m = 128, pp192.tile_n = 192, pp192.tile_k = 64, pp192.cluster_m = 2, pp192.pingpong = true;
-  EXPECT_EQ(tile_grid(pp192, 8192, 14336, 8).n, 80);
-  EXPECT_EQ(fit_swizzle(pp192, 8192, 14336, k).swizzle, 8);
-  EXPECT_EQ(fit_swizzle(pp192, 8192, 8192, k).swizzle, 8);  // 43 -> 48 (11.6 %: kept)
-  EXPECT_EQ(fit_swizzle(pp192, 8192, 1728, k).swizzle, 2);  // 9 tiles: 16 at 8, 12 at 4, 10 at 2 (11 %)
+  coop.ragged = true;  // the ragged scheduler pads nothing: the swizzle stays
+  EXPECT_EQ(fit_swizzle(coop, 8192, 7168, k).swizzle, 8);
+  EXPECT_EQ(fit_swizzle(coop, 1, 512, k).swizzle, 8);
+  coop.ragged = false;
+
+  // A heuristic raster keeps the order it takes at the policy's swizzle: 24 x 28 tiles pad to 32 x 32 at swizzle 8
+  // (along N: n is not > m); at swizzle 4 (24 x 28, unpadded) the heuristic would go along M.
+  k.raster = Raster::kHeuristic;
+  Knobs const fitted = fit_swizzle(coop, 3000, 7168, k);
+  EXPECT_EQ(fitted.swizzle, 4);
+  EXPECT_EQ(fitted.raster, Raster::kAlongN);
+  EXPECT_EQ(fit_swizzle(coop, 8192, 6144, k).raster, Raster::kHeuristic);  // nothing to fit: knobs as given
+
+  // Extents beyond INT_MAX count as INT_MAX: no overflow in the products.
+  g = tile_grid(coop, int64_t{1} << 40, int64_t{1} << 40, 8);
+  EXPECT_GT(g.scheduled(), 0);
+  EXPECT_EQ(g.tiles_n, (int64_t{INT_MAX} + 255) / 256);
 }
