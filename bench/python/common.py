@@ -29,6 +29,7 @@ CONFIGS = {  # d, F, hq, hkv, hd
     "tiny": (64, 128, 2, 1, 64),  # CPU smoke runs
 }
 EPS = 1e-5
+QK_EPS = 1e-6  # the per-head q/k norm's eps: Qwen3's rms_norm_eps (its q_norm / k_norm use the model's)
 
 
 def hf_rms_norm(x, w):

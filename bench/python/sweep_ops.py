@@ -40,7 +40,7 @@ import argparse
 from pathlib import Path
 
 import torch
-from common import CONFIGS, append_jsonl, env_var, fused_configs, interleaved, last_gemm_choice, timed_pipelined
+from common import CONFIGS, QK_EPS, append_jsonl, env_var, fused_configs, interleaved, last_gemm_choice, timed_pipelined
 
 from coda import _C, _kernels
 
@@ -121,7 +121,7 @@ def make_op(op, cfg, M, device="cuda"):
         inv = 1.0 / 500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd)
         gq = 1 + 0.1 * torch.randn(hd, device=device, generator=g)
         gk = 1 + 0.1 * torch.randn(hd, device=device, generator=g)
-        return (lambda: _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, gq, gk, pos, inv, hq, hkv, hd, 1e-6)), \
+        return (lambda: _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, gq, gk, pos, inv, hq, hkv, hd, QK_EPS)), \
             (M, N, d), (lambda: torch.matmul(h, w.t()))
     if op == "linear_rowscale_lse":
         w = rand(VOCAB, d, std=d ** -0.5)

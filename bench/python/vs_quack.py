@@ -97,7 +97,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import (CONFIGS, EPS, NvmlSampler, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda,
+from common import (CONFIGS, EPS, QK_EPS, NvmlSampler, append_jsonl, env_var, hf_rms_norm, interleaved, is_cuda,
                     last_gemm_choice, peak_extra_gib, timed_pipelined, warm_for)
 from report import commit as git_commit
 
@@ -557,13 +557,13 @@ def build_case(op, cfg, M, quack, quack_configs=QUACK_CONFIGS, device="cuda", co
         else:
             def coda_call():
                 qkv, z = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd,
-                                                               1e-6)
+                                                               QK_EPS)
                 return {"qk": qkv[:, :rot], "z": z}
             fns["coda"] = coda_call
 
             def coda_no_z():
                 qkv, _ = _kernels.linear_rowscale_qk_norm_rope(h, w, rstd, q_gamma, k_gamma, pos, inv, hq, hkv, hd,
-                                                               1e-6, store_z=False)
+                                                               QK_EPS, store_z=False)
                 return {"qk": qkv[:, :rot]}
             fns["coda_no_z"] = coda_no_z
             checks["coda_no_z"] = ("coda", same("qk"))
