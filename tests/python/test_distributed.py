@@ -14,6 +14,7 @@ import os
 import socket
 import time
 import traceback
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -287,7 +288,9 @@ def _worker(rank, world, out):
         except Exception:  # recorded for the test that reads it; the ranks stay in step (every scenario runs)
             results[name] = ("error", traceback.format_exc())
         dist.barrier()
-    torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+    path = os.path.join(out, f"rank{rank}.pt")
+    torch.save(results, path + ".part")
+    os.replace(path + ".part", path)  # whole or absent: the fixture reads it even when teardown fails
     dist.destroy_process_group()
 
 
@@ -298,12 +301,21 @@ def results(tmp_path_factory):
     ctx = mp.start_processes(_worker, args=(WORLD, str(out)), nprocs=WORLD, start_method="spawn", join=False)
     deadline = 600
     t0 = time.monotonic()
-    while not ctx.join(timeout=5):
-        if time.monotonic() - t0 > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"the {WORLD} processes did not finish in {deadline} s")
-    return dict(out=out, ranks=[torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)])
+    files = [out / f"rank{r}.pt" for r in range(WORLD)]
+    try:
+        while not ctx.join(timeout=5):
+            if time.monotonic() - t0 > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                pytest.fail(f"the {WORLD} processes did not finish in {deadline} s")
+    except mp.ProcessExitedException as e:
+        # Each rank saves its results after the last scenario's barrier, before destroy_process_group: a rank that
+        # dies after that (once in ~20 CI runs: "terminate called without an active exception" from gloo's teardown,
+        # after the last scenario's output) has nothing left to report. A death before it fails the fixture.
+        if not all(f.exists() for f in files):
+            raise
+        warnings.warn(f"a rank died after saving its results (gloo teardown): {e}")
+    return dict(out=out, ranks=[torch.load(f, weights_only=False) for f in files])
 
 
 def get(results, name):
