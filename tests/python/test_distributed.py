@@ -541,12 +541,18 @@ def test_cpu_torchrun_train(tmp_path):
 
     from conftest import package_env, tiny_corpus
     corpus, env = tiny_corpus(tmp_path), package_env()
-    out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "-m", "coda.train", "--device", "cpu", "--config", "tiny", "--steps", "3", "--batch-size", "2",
-                        "--seq-len", "32", "--warmup", "1", "--eval-every", "2", "--eval-batches", "1",
-                        "--log-every", "1", "--warmup-timing", "0", "--data", str(corpus), "--out", str(out)],
-                       capture_output=True, text=True, timeout=300, env=env)
+    for attempt in (1, 2):
+        out = tmp_path / f"run{attempt}"
+        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                            "-m", "coda.train", "--device", "cpu", "--config", "tiny", "--steps", "3", "--batch-size",
+                            "2", "--seq-len", "32", "--warmup", "1", "--eval-every", "2", "--eval-batches", "1",
+                            "--log-every", "1", "--warmup-timing", "0", "--data", str(corpus), "--out", str(out)],
+                           capture_output=True, text=True, timeout=300, env=env)
+        # One rerun, only for gloo's teardown abort (a rank's std::terminate after its last collective; once in ~20
+        # CI runs, PyTorch 2.11): any other failure, or the abort twice, fails the test.
+        if r.returncode == 0 or attempt == 2 or "terminate called without an active exception" not in r.stderr:
+            break
+        warnings.warn("coda.train under torchrun: a rank aborted in gloo's teardown; ran it again")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert r.stdout.count("coda.train: corpus.txt") == 1 and "(2 processes, FSDP2)" in r.stdout, r.stdout
     import re
