@@ -51,6 +51,15 @@ struct QkNormRopeArguments {
 
 namespace detail {
 
+/// One pair's norm and rotation: fragment elements (k, k + 1) of one row, out = R(u rh gamma) by the angle (s, co).
+template <class In, class Out>
+CUTLASS_DEVICE void norm_rotate_pair(In const& u, Out& out, int k, float rh, float2 g, float s, float co) {
+  float const n0 = static_cast<float>(u[k]) * rh * g.x;
+  float const n1 = static_cast<float>(u[k + 1]) * rh * g.y;
+  out[k] = __fmaf_rn(n0, co, -n1 * s);
+  out[k + 1] = __fmaf_rn(n1, co, n0 * s);
+}
+
 /// The per-head norm's scale and RoPE on fragment pairs J0 <= j < J1 (element 4j + 2h + e at row r + 8h, column
 /// first_col + 8j + e): out = R(u rh[h] gamma), the pair's angle pos[h] * inv_freq[its column within the head / 2].
 template <int J0, int J1, class In, class Out>
@@ -63,13 +72,41 @@ CUTLASS_DEVICE void norm_rotate_pairs(In const& u, Out& out, float const (&rh)[2
     float const f = __ldg(inv_freq + col / 2);
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
-      int const k = 4 * j + 2 * h;
-      float const n0 = static_cast<float>(u[k]) * rh[h] * g.x;
-      float const n1 = static_cast<float>(u[k + 1]) * rh[h] * g.y;
       float s, co;
       rope_sincos(pos[h], f, &s, &co);
-      out[k] = __fmaf_rn(n0, co, -n1 * s);
-      out[k + 1] = __fmaf_rn(n1, co, n0 * s);
+      norm_rotate_pair(u, out, 4 * j + 2 * h, rh[h], g, s, co);
+    }
+  }
+}
+
+/// The reduced angles of fragment pairs J0 <= j < J1 (column first_col + 8j, rows r + 8h): r[j - J0][h] is
+/// rope_reduce(pos[h], inv_freq[the pair's column within its head / 2]).
+template <int J0, int J1>
+CUTLASS_DEVICE void rope_angles(float const (&pos)[2], float const* inv_freq, int first_col, int head_dim,
+                                float (&r)[J1 - J0][2]) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = J0; j < J1; ++j) {
+    int const col = (first_col + 8 * j) & (head_dim - 1);  // even: the pair's first column within its head
+    float const f = __ldg(inv_freq + col / 2);
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) r[j - J0][h] = rope_reduce(pos[h], f);
+  }
+}
+
+/// The per-head norm's scale and RoPE on fragment pairs J0 <= j < J1 (element 4j + 2h + e at row r + 8h, column
+/// first_col + 8j + e) by the reduced angles of rope_angles: out = R(u rh[h] gamma).
+template <int J0, int J1, class In, class Out>
+CUTLASS_DEVICE void norm_rotate_with(In const& u, Out& out, float const (&rh)[2], float const* gamma, int first_col,
+                                     int head_dim, float const (&r)[J1 - J0][2]) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = J0; j < J1; ++j) {
+    int const col = (first_col + 8 * j) & (head_dim - 1);
+    float2 const g = __ldg(reinterpret_cast<float2 const*>(gamma + col));
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      float s, co;
+      __sincosf(r[j - J0][h], &s, &co);
+      norm_rotate_pair(u, out, 4 * j + 2 * h, rh[h], g, s, co);
     }
   }
 }
@@ -156,6 +193,35 @@ struct Sm90QkNormRope : QkNormRopeNodeBase<QkNormRopeArguments> {
                             static_cast<float>(__ldg(params->positions + min(r + 8, M - 1)))};
 
       cutlass::Array<float, FragmentSize> out;
+      int const head1 = (base + 64) / hd;
+      if (!whole && head1 < n_rot) {
+        // head_dim 64, both halves q or k heads: column j and j + 8 hold the same pair of their heads, so one angle
+        // serves both (half the sin/cos of the general path below; the same values, bit for bit).
+        int const head0 = head1 - 1;
+        float const* const gamma0 = head0 < params->n_q_heads ? params->q_gamma : params->k_gamma;
+        float const* const gamma1 = head1 < params->n_q_heads ? params->q_gamma : params->k_gamma;
+        float rh[2][2];  // [t][h]
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < 2; ++t) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int h = 0; h < 2; ++h) rh[t][h] = rsqrtf(fmaf(ss[t][h], inv_hd, params->eps));
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 8; ++j) {
+          int const col = (lane2 + 8 * j) & 63;
+          float const f = __ldg(params->inv_freq + col / 2);
+          float2 const g0 = __ldg(reinterpret_cast<float2 const*>(gamma0 + col));
+          float2 const g1 = __ldg(reinterpret_cast<float2 const*>(gamma1 + col));
+          CUTLASS_PRAGMA_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            float s, co;
+            detail::rope_sincos(pos[h], f, &s, &co);
+            detail::norm_rotate_pair(u, out, 4 * j + 2 * h, rh[0][h], g0, s, co);
+            detail::norm_rotate_pair(u, out, 4 * (j + 8) + 2 * h, rh[1][h], g1, s, co);
+          }
+        }
+        return out;
+      }
       CUTLASS_PRAGMA_UNROLL
       for (int t = 0; t < 2; ++t) {
         int const head = (base + 64 * t) / hd;

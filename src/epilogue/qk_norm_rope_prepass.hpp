@@ -113,7 +113,8 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
     }
   };
 
-  template <class CoordTensor>
+  /// kEpiM: the tile's subtiles along M; kEpiN: a subtile's columns; kJ: a thread's column pairs per row per visit.
+  template <class CoordTensor, int kEpiM, int kEpiN, int kJ>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
     CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params, SharedStorage const* smem)
         : tC_cD(cute::forward<CoordTensor>(coords)), params(params), smem(smem) {}
@@ -121,16 +122,32 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
     CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
     Params const* params;  // read through the pointer (constant bank): no register copies through the tile
     SharedStorage const* smem;
+    // The reduced angles of the tile's first q/k head, per (epi_m, subtile within the head): the tile's later heads
+    // turn their pairs by the same angles (same rows, same columns within the head), so only the first head's visits
+    // reduce them; every visit takes the hardware sin/cos of its own (one register per pair and row kept, where
+    // sin and cos would take two). Indexed by constants once the collective's unrolled subtile loop inlines visit().
+    static constexpr int kSlots = kEpiM * (128 / kEpiN);
+    float angle_[kSlots][kJ][2];
+
+    /// Norm and RoPE of one visit with kSub subtiles per head (head_dim / kEpiN).
+    template <int kSub, class In, class Out>
+    CUTLASS_DEVICE void rotate(In const& u, Out& out, float const (&rh)[2], float const (&pos)[2], float const* gamma,
+                               int c, int epi_m, int epi_n) {
+      int const slot = epi_m * kSub + epi_n % kSub;
+      // The first visit of each slot lies in the tile's first head; a q or k head is never preceded by a v head.
+      if (epi_n < kSub) detail::rope_angles<0, kJ>(pos, params->inv_freq, c, kSub * kEpiN, angle_[slot]);
+      detail::norm_rotate_with<0, kJ>(u, out, rh, gamma, c, kSub * kEpiN, angle_[slot]);
+    }
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
                               cutlass::Array<ElementInput, FragmentSize> const& u) {
-      static_assert(FragmentSize % 4 == 0 && FragmentSize <= 32,
+      static_assert(FragmentSize == 4 * kJ && FragmentSize <= 32,
                     "expects a subtile of at most 64 columns: column groups x 2 rows x 2 per thread");
       auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
       int const r = cute::get<0>(origin), c = cute::get<1>(origin);
       int const hd = params->head_dim;
-      int const head = c / hd;  // the subtile's columns lie in one 64-column group: one head
+      int const head = hd == 128 ? c >> 7 : c >> 6;  // the subtile's columns lie in one 64-column group: one head
       cutlass::Array<float, FragmentSize> out;
       if (head >= params->n_q_heads + params->n_kv_heads) {  // v heads, and columns past N: pass through
         CUTLASS_PRAGMA_UNROLL
@@ -151,7 +168,11 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
         rh[h] = rsqrtf(fmaf(x * x, sum * inv_hd, params->eps));
         pos[h] = static_cast<float>(__ldg(params->positions + min(m, M - 1)));
       }
-      detail::norm_rotate_pairs<0, FragmentSize / 4>(u, out, rh, pos, gamma, params->inv_freq, c, hd);
+      if (hd == 128) {
+        rotate<128 / kEpiN>(u, out, rh, pos, gamma, c, epi_m, epi_n);
+      } else {
+        rotate<64 / kEpiN>(u, out, rh, pos, gamma, c, epi_m, epi_n);
+      }
       return out;
     }
   };
@@ -161,8 +182,14 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
     static_assert(decltype(cute::size(args.tiled_copy))::value % 128 == 0,
                   "QkNormRopePrepass: whole warpgroups of epilogue threads (a quad's lanes share rows)");
+    using EpiTile = decltype(args.epi_tile);
+    constexpr int kEpiM = cute::size<0>(EpiTile{}), kEpiN = cute::size<1>(EpiTile{});
+    constexpr int kThreads = decltype(cute::size(args.tiled_copy))::value;
+    static_assert(kTileM % kEpiM == 0 && 64 % kEpiN == 0 && (kEpiM * kEpiN) % (4 * kThreads) == 0,
+                  "QkNormRopePrepass: subtiles that divide the tile and a 64-column group");
     auto coords = fragment_coords<ReferenceSrc>(args);
-    return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), params_ptr, smem_ptr);
+    return ConsumerStoreCallbacks<decltype(coords), kTileM / kEpiM, kEpiN, kEpiM * kEpiN / (4 * kThreads)>(
+        cute::move(coords), params_ptr, smem_ptr);
   }
 };
 

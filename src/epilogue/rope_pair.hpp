@@ -41,8 +41,9 @@ inline void rope_pair_reference(double acc0, double acc1, double rstd, int32_t p
 
 namespace detail {
 
-/// sin and cos of pos * f for integer-valued pos in [0, 2^24) and finite f >= 0 (see the header comment).
-CUTLASS_DEVICE void rope_sincos(float pos, float f, float* s, float* c) {
+/// pos * f reduced to [-pi, pi] (plus rounding) for integer-valued pos in [0, 2^24) and finite f >= 0 (see the header
+/// comment): the argument rope_sincos hands the hardware sin/cos.
+CUTLASS_DEVICE float rope_reduce(float pos, float f) {
   float const hi = pos * f;
   float const lo = __fmaf_rn(pos, f, -hi);  // exact error of the product
   float const k = rintf(hi * 0.15915494309189535f);  // round(theta / 2 pi)
@@ -53,9 +54,11 @@ CUTLASS_DEVICE void rope_sincos(float pos, float f, float* s, float* c) {
   float r = __fmaf_rn(-k, kC1, hi);
   r = __fmaf_rn(-k, kC2, r);
   r = __fmaf_rn(-k, kC3, r);
-  r += lo;
-  __sincosf(r, s, c);
+  return r + lo;
 }
+
+/// sin and cos of pos * f for integer-valued pos in [0, 2^24) and finite f >= 0 (see the header comment).
+CUTLASS_DEVICE void rope_sincos(float pos, float f, float* s, float* c) { __sincosf(rope_reduce(pos, f), s, c); }
 
 }  // namespace detail
 
