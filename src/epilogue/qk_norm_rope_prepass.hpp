@@ -18,6 +18,11 @@
 // every row has one warp for good. head_dim 128 adds two neighbouring groups. rstd (the input norm's row scale)
 // multiplies in visit, not in the prepass: S is of acc, not u.
 //
+// Angles: every q and k head of a row turns pair i by the same angle, so the visits of the tile's first head keep
+// their reduced angles (rope_reduce, one register per pair and row) and the visits of its later heads reuse them; each
+// visit still takes the hardware sin/cos. A tile of two or more heads (cooperative 128x256, or head_dim 64) reduces
+// once per row and pair instead of once per head; the values are the same bit for bit.
+//
 // Requirements: pingpong (two consumer warpgroups of 128 epilogue threads, one tile each) or cooperative (256
 // threads on one tile), an N tile that is a multiple of 128 (a head never straddles two tiles), a subtile of at most
 // 64 columns; head_dim 64 or 128. Host reference: coda::ref::linear_rowscale_qk_norm_rope.
