@@ -46,7 +46,11 @@ namespace detail {
 CUTLASS_DEVICE float rope_reduce(float pos, float f) {
   float const hi = pos * f;
   float const lo = __fmaf_rn(pos, f, -hi);  // exact error of the product
-  float const k = rintf(hi * 0.15915494309189535f);  // round(theta / 2 pi)
+  // k = round(theta / 2 pi), to nearest even, by the 1.5 * 2^23 bias: exact for theta / 2 pi < 2^22 (pos * f < 2.6e7,
+  // past the 2^24 this header promises) and the same k as rintf. Two FADDs on the FMA pipe, where rintf's FRND takes
+  // the quarter-rate XU pipe that the two MUFU (sin, cos) per pair already load: the epilogue's narrowest pipe.
+  // The _rn intrinsics keep the compiler from contracting the product into the first add.
+  float const k = __fadd_rn(__fadd_rn(__fmul_rn(hi, 0.15915494309189535f), 12582912.0f), -12582912.0f);
   // 2 pi = kC1 + kC2 + kC3; kC1 = 201/32 has 8 significant bits, so hi - k*kC1 is exact in one fma.
   constexpr float kC1 = 6.28125f;
   constexpr float kC2 = 1.9353071693331003e-3f;
