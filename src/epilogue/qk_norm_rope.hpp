@@ -80,25 +80,44 @@ CUTLASS_DEVICE void norm_rotate_pairs(In const& u, Out& out, float const (&rh)[2
   }
 }
 
-/// The reduced angles of fragment pairs J0 <= j < J1 (column first_col + 8j, rows r + 8h): r[j - J0][h] is
-/// rope_reduce(pos[h], inv_freq[the pair's column within its head / 2]).
-template <int J0, int J1>
+/// What a QK-norm node keeps of one pair's angle for a tile's later heads: the reduced angle (one register; each
+/// use takes the hardware sin/cos of it) or its sine and cosine (two registers, no MUFU on reuse). The same values
+/// either way.
+template <bool kSinCos>
+struct PairAngle {
+  float r;
+  CUTLASS_DEVICE void set(float pos, float f) { r = rope_reduce(pos, f); }
+  CUTLASS_DEVICE void get(float* s, float* co) const { __sincosf(r, s, co); }
+};
+template <>
+struct PairAngle<true> {
+  float s, co;
+  CUTLASS_DEVICE void set(float pos, float f) { rope_sincos(pos, f, &s, &co); }
+  CUTLASS_DEVICE void get(float* s_out, float* co_out) const {
+    *s_out = s;
+    *co_out = co;
+  }
+};
+
+/// The angles of fragment pairs J0 <= j < J1 (column first_col + 8j, rows r + 8h): a[j - J0][h] is pos[h] *
+/// inv_freq[the pair's column within its head / 2].
+template <int J0, int J1, bool kSinCos>
 CUTLASS_DEVICE void rope_angles(float const (&pos)[2], float const* inv_freq, int first_col, int head_dim,
-                                float (&r)[J1 - J0][2]) {
+                                PairAngle<kSinCos> (&a)[J1 - J0][2]) {
   CUTLASS_PRAGMA_UNROLL
   for (int j = J0; j < J1; ++j) {
     int const col = (first_col + 8 * j) & (head_dim - 1);  // even: the pair's first column within its head
     float const f = __ldg(inv_freq + col / 2);
     CUTLASS_PRAGMA_UNROLL
-    for (int h = 0; h < 2; ++h) r[j - J0][h] = rope_reduce(pos[h], f);
+    for (int h = 0; h < 2; ++h) a[j - J0][h].set(pos[h], f);
   }
 }
 
 /// The per-head norm's scale and RoPE on fragment pairs J0 <= j < J1 (element 4j + 2h + e at row r + 8h, column
-/// first_col + 8j + e) by the reduced angles of rope_angles: out = R(u rh[h] gamma).
-template <int J0, int J1, class In, class Out>
+/// first_col + 8j + e) by the angles of rope_angles: out = R(u rh[h] gamma).
+template <int J0, int J1, bool kSinCos, class In, class Out>
 CUTLASS_DEVICE void norm_rotate_with(In const& u, Out& out, float const (&rh)[2], float const* gamma, int first_col,
-                                     int head_dim, float const (&r)[J1 - J0][2]) {
+                                     int head_dim, PairAngle<kSinCos> const (&a)[J1 - J0][2]) {
   CUTLASS_PRAGMA_UNROLL
   for (int j = J0; j < J1; ++j) {
     int const col = (first_col + 8 * j) & (head_dim - 1);
@@ -106,7 +125,7 @@ CUTLASS_DEVICE void norm_rotate_with(In const& u, Out& out, float const (&rh)[2]
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
       float s, co;
-      __sincosf(r[j - J0][h], &s, &co);
+      a[j - J0][h].get(&s, &co);
       norm_rotate_pair(u, out, 4 * j + 2 * h, rh[h], g, s, co);
     }
   }

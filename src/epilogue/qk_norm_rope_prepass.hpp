@@ -21,7 +21,9 @@
 // Angles: every q and k head of a row turns pair i by the same angle, so the visits of the tile's first head keep
 // their reduced angles (rope_reduce, one register per pair and row) and the visits of its later heads reuse them; each
 // visit still takes the hardware sin/cos. A tile of two or more heads (cooperative 128x256, or head_dim 64) reduces
-// once per row and pair instead of once per head; the values are the same bit for bit.
+// once per row and pair instead of once per head; the values are the same bit for bit. With kCacheSinCos the node
+// keeps the sine and cosine instead (two registers per pair and row), and the later heads issue no MUFU for them:
+// sin/cos share the quarter-rate XU pipe, the epilogue's narrowest.
 //
 // Requirements: pingpong (two consumer warpgroups of 128 epilogue threads, one tile each) or cooperative (256
 // threads on one tile), an N tile that is a multiple of 128 (a head never straddles two tiles), a subtile of at most
@@ -48,7 +50,9 @@ struct QkNormRopePrepassArguments : QkNormRopeArguments {
   float const* rstd = nullptr;  ///< [M] fp32
 };
 
-template <class CtaTileShapeMNK>
+/// kCacheSinCos: keep the first head's sine and cosine for the tile's later heads (two registers per pair and row)
+/// instead of the reduced angle (one); see "Angles" above.
+template <class CtaTileShapeMNK, bool kCacheSinCos = false>
 struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
   static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
   static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
@@ -132,7 +136,7 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
     // reduce them; every visit takes the hardware sin/cos of its own (one register per pair and row kept, where
     // sin and cos would take two). Indexed by constants once the collective's unrolled subtile loop inlines visit().
     static constexpr int kSlots = kEpiM * (128 / kEpiN);
-    float angle_[kSlots][kJ][2];
+    detail::PairAngle<kCacheSinCos> angle_[kSlots][kJ][2];
 
     /// Norm and RoPE of one visit with kSub subtiles per head (head_dim / kEpiN).
     template <int kSub, class In, class Out>

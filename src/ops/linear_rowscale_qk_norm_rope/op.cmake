@@ -12,8 +12,14 @@
 # Tried and dropped: e128 on a 1x2 cluster (1.55 / 1.08 / 1.03x at 1B / 8B / 70B where 2x1 ran 1.17 / 1.06 / 1.02,
 # H200); the prepass on 64 x 16 subtiles of 192-row and 192-column tiles (1.24-1.46x); a 192-row tile at 64 x 128
 # subtiles (428 bytes of spill) and the prepass on a 128 x 192 tile at 64 x 32 (80 bytes).
+# - coop_128x256x64_c2x1_sc (a pin): the same kernel keeping the tile's first head's sin and cos (two registers per pair
+#   and row) where the default keeps the reduced angle (one) and takes sin/cos again per head; not yet timed
+#   (bench/results/vs_quack/qk_angle_reuse/).
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
+      coop_128x256x64_c2x1_sc
     FP16 pp_128x128x64_c2x1_e128
+    # coop_128x256x64_c2x1_sc: 32 bytes of spill stores, an 8-byte frame (the 64 sin/cos registers at head_dim 128).
+    ACCEPT_SPILL coop_128x256x64_c2x1_sc 32
     DEFAULT pp_128x128x64_c2x1_e128 n 8
     RULE "K >= 4096 && M >= 4096" coop_128x256x64_c2x1 m 8 "d and M >= 4096: cooperative 128x256 (f4qk runs 5-7)")
