@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/array.h>
@@ -130,6 +131,53 @@ CUTLASS_DEVICE void norm_rotate_with(In const& u, Out& out, float const (&rh)[2]
     }
   }
 }
+
+/// A config's `kCacheSinCos` when it names one (coop_128x256x64_c2x1_sc), else false: the head-aware RoPE nodes keep
+/// the sine and cosine of the tile's first head (PairAngle<true>) instead of its reduced angles.
+template <class Config, class = void>
+struct CacheSinCos : std::false_type {};
+template <class Config>
+struct CacheSinCos<Config, std::void_t<decltype(Config::kCacheSinCos)>>
+    : std::integral_constant<bool, Config::kCacheSinCos> {};
+
+/// RoPE alone (no norm) on fragment pairs J0 <= j < J1 by the angles of rope_angles: out = R(u), as RopeRowscale
+/// rotates (rope_pair.hpp).
+template <int J0, int J1, bool kSinCos, class In, class Out>
+CUTLASS_DEVICE void rotate_with(In const& u, Out& out, PairAngle<kSinCos> const (&a)[J1 - J0][2]) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = J0; j < J1; ++j) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      int const k = 4 * j + 2 * h;
+      float s, co;
+      a[j - J0][h].get(&s, &co);
+      float const z0 = static_cast<float>(u[k]), z1 = static_cast<float>(u[k + 1]);
+      out[k] = __fmaf_rn(z0, co, -z1 * s);
+      out[k + 1] = __fmaf_rn(z1, co, z0 * s);
+    }
+  }
+}
+
+/// The angles of a tile's q and k heads across its epilogue visits (narrow subtiles: kEpiN <= 64 columns, kEpiM
+/// subtiles along M, kJ column pairs per row and visit). Every q and k head of a row turns pair i by the same angle,
+/// so the visits of the tile's first head compute them and the visits of its later heads read them back: slot =
+/// (epi_m, the visit's subtile within its head). A q or k head is never preceded by a v head, so whenever a later
+/// head reads a slot, the first head's visit filled it. Indexed by constants once the collective's unrolled subtile
+/// loop inlines the visit (registers, no local memory).
+template <int kEpiM, int kEpiN, int kJ, bool kSinCos>
+struct HeadAngleCache {
+  static constexpr int kSlots = kEpiM * (128 / kEpiN);
+  PairAngle<kSinCos> slot_[kSlots][kJ][2];
+
+  /// The angles of the visit (epi_m, epi_n) of a q or k head with kSub subtiles per head (head_dim / kEpiN); rows
+  /// at pos, the fragment's first column first_col.
+  template <int kSub>
+  CUTLASS_DEVICE auto const& at(int epi_m, int epi_n, float const (&pos)[2], float const* inv_freq, int first_col) {
+    int const slot = epi_m * kSub + epi_n % kSub;
+    if (epi_n < kSub) rope_angles<0, kJ>(pos, inv_freq, first_col, kSub * kEpiN, slot_[slot]);
+    return slot_[slot];
+  }
+};
 
 }  // namespace detail
 

@@ -131,21 +131,14 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
     CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
     Params const* params;  // read through the pointer (constant bank): no register copies through the tile
     SharedStorage const* smem;
-    // The reduced angles of the tile's first q/k head, per (epi_m, subtile within the head): the tile's later heads
-    // turn their pairs by the same angles (same rows, same columns within the head), so only the first head's visits
-    // reduce them; every visit takes the hardware sin/cos of its own (one register per pair and row kept, where
-    // sin and cos would take two). Indexed by constants once the collective's unrolled subtile loop inlines visit().
-    static constexpr int kSlots = kEpiM * (128 / kEpiN);
-    detail::PairAngle<kCacheSinCos> angle_[kSlots][kJ][2];
+    detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos> angles;  // see "Angles" above
 
     /// Norm and RoPE of one visit with kSub subtiles per head (head_dim / kEpiN).
     template <int kSub, class In, class Out>
     CUTLASS_DEVICE void rotate(In const& u, Out& out, float const (&rh)[2], float const (&pos)[2], float const* gamma,
                                int c, int epi_m, int epi_n) {
-      int const slot = epi_m * kSub + epi_n % kSub;
-      // The first visit of each slot lies in the tile's first head; a q or k head is never preceded by a v head.
-      if (epi_n < kSub) detail::rope_angles<0, kJ>(pos, params->inv_freq, c, kSub * kEpiN, angle_[slot]);
-      detail::norm_rotate_with<0, kJ>(u, out, rh, gamma, c, kSub * kEpiN, angle_[slot]);
+      detail::norm_rotate_with<0, kJ>(u, out, rh, gamma, c, kSub * kEpiN,
+                                      angles.template at<kSub>(epi_m, epi_n, pos, params->inv_freq, c));
     }
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>

@@ -25,15 +25,6 @@
 
 namespace coda::ops {
 
-namespace qk_norm {
-/// A config's `kCacheSinCos` when it names one (coop_128x256x64_c2x1_sc), else false.
-template <class Config, class = void>
-struct CacheSinCos : std::false_type {};
-template <class Config>
-struct CacheSinCos<Config, std::void_t<decltype(Config::kCacheSinCos)>>
-    : std::integral_constant<bool, Config::kCacheSinCos> {};
-}  // namespace qk_norm
-
 /// kPrepass: the builder's narrow subtiles with the heads' sums taken before the subtile loop
 /// (Sm90QkNormRopePrepass in a Sm90PrepassCollective), else 64 x 128 subtiles holding whole heads (Sm90QkNormRope).
 template <bool kPrepass>
@@ -69,7 +60,7 @@ struct QkNormRopeEpilogueT {
     using Z = cutlass::epilogue::fusion::Sm90EVT<ZStoreNode, U>;
     using Node = std::conditional_t<
         kPrepass,
-        epilogue::Sm90QkNormRopePrepass<TileShape, qk_norm::CacheSinCos<typename Traits::Config>::value>,
+        epilogue::Sm90QkNormRopePrepass<TileShape, epilogue::detail::CacheSinCos<typename Traits::Config>::value>,
         epilogue::Sm90QkNormRope<TileShape>>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, Z>;
 

@@ -5,16 +5,19 @@
 //
 // One compute node: z = rstd * acc and the rotation of each adjacent (2i, 2i+1) pair (src/epilogue/rope_pair.hpp),
 // rounded once to bf16. No custom node: pairs are thread-local and the angle needs only per-row and per-column
-// broadcasts (CUTLASS_EVT.md section 5(e)).
+// broadcasts (CUTLASS_EVT.md section 5(e)). A config naming kCacheSinCos runs RopeHeadsEpilogue (below) instead.
 #pragma once
 
 #include "epilogue/broadcast.hpp"
+#include "epilogue/rope_heads.hpp"
 #include "epilogue/rope_pair.hpp"
 #include "gemm/fused_linear.hpp"
 #include "ops/linear_rowscale_rope/kernels.hpp"
 
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/numeric_types.h>
+
+#include <type_traits>
 
 namespace coda::ops {
 
@@ -44,8 +47,42 @@ struct RopeEpilogue {
   };
 };
 
+/// The head-aware program, for configs that name kCacheSinCos (coop_128x256x64_c2x1_sc, a pin):
+///   D = RopeHeads(multiplies(acc, ColBroadcast(rstd)))
+/// the same values as RopeEpilogue's; the tile's first q/k head's sin and cos serve its later heads
+/// (src/epilogue/rope_heads.hpp). No expanded inv_freq: the node reads the caller's [head_dim / 2] vector.
+struct RopeHeadsEpilogue {
+  using Args = RopeArgs;
+
+  template <class Traits>
+  struct Program {
+    using ElementD = typename Traits::ElementD;
+    using ElementC = void;
+    static constexpr auto kRound = Traits::kRound;
+    using TileShape = typename Traits::TileShape;
+
+    using Rstd = epilogue::Rstd<TileShape>;
+    using U = cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
+        cutlass::epilogue::fusion::Sm90AccFetch, Rstd>;
+    using Node = epilogue::Sm90RopeHeads<TileShape, epilogue::detail::CacheSinCos<typename Traits::Config>::value>;
+    using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, U>;
+
+    template <class FusionArguments>
+    static void make_args(FusionArguments& out, Args const& args, gemm::Operands const& op) {
+      epilogue::set_column_vector(epilogue::node_args<Rstd, Fusion>(out), args.rstd, op.M);
+      auto& node = epilogue::node_args<Node, Fusion>(out);
+      node.positions = args.positions;
+      node.inv_freq = args.inv_freq;
+      node.n_rot_heads = args.n_rot_heads;
+      node.head_dim = args.head_dim;
+    }
+  };
+};
+
 template <class Config, class Element = cutlass::bfloat16_t>
-using RopeKernel = gemm::FusedLinear<Config, RopeEpilogue, Element, Element,
-                                     cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+using RopeKernel = gemm::FusedLinear<
+    Config, std::conditional_t<epilogue::detail::CacheSinCos<Config>::value, RopeHeadsEpilogue, RopeEpilogue>,
+    Element, Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops

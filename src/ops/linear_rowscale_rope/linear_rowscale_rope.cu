@@ -42,6 +42,9 @@ void linear_rowscale_rope(int64_t M, int64_t N, int64_t K, void const* h, int64_
   args.rstd = rstd;
   args.positions = positions;
   args.inv_freq_cols = freq;
+  args.inv_freq = inv_freq;
+  args.n_rot_heads = n_q_heads + n_kv_heads;
+  args.head_dim = head_dim;
   gemm::KernelOps<RopeArgs> const& k = *choice.ops;
   // No CUTLASS workspace: the epilogues reduce into the caller's buffers; run() rejects a kernel that would
   // need one (CODA_ERROR_WORKSPACE), so no separate workspace_size() query (a second argument build per call).

@@ -1,0 +1,111 @@
+// RopeHeads: a custom sm90 EVT node for linear_rowscale_rope's head-aware kernels: on the q/k/v projection's fragment
+// u = rstd[m] * acc (its child), each adjacent column pair (2i, 2i+1) of a q or k head is turned by
+// theta = pos[m] * inv_freq[i] (RopeRowscale's rotation, rope_pair.hpp), v heads and columns past N pass through.
+// The same values as the stateless RopeRowscale program, bit for bit.
+//
+// Why a node: RopeRowscale sees one fragment at a time and takes the angle's reduction and sin/cos for every pair of
+// every head, though every q and k head of a row turns pair i by the same angle. This node keeps the tile's first
+// head's angles across the epilogue's visits (detail::HeadAngleCache, qk_norm_rope.hpp) and the later heads read them
+// back; with kCacheSinCos it keeps their sine and cosine, so the later heads issue no MUFU (the quarter-rate XU pipe,
+// the epilogue's narrowest), at two registers per pair and row.
+//
+// Requirements (checked by can_implement and the op's validation): narrow subtiles (at most 64 columns; 16 fragment
+// elements per thread per visit: 64 x 32 pingpong, 128 x 32 cooperative), an N tile that is a multiple of 128 (the
+// tile's N origin falls on a head boundary); head_dim 64 or 128; inv_freq [head_dim / 2] fp32; positions [M] int32,
+// 0 <= pos < 2^24. Host reference of the semantics: rope_pair_reference() per pair.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+// The visitor header uses NumericArrayConverter & co. unqualified: include it through the callbacks header.
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+
+#include "epilogue/node_base.hpp"
+#include "epilogue/qk_norm_rope.hpp"
+
+namespace coda::epilogue {
+
+/// Arguments of Sm90RopeHeads (device pointers; the op validates them).
+struct RopeHeadsArguments {
+  int32_t const* positions = nullptr;  ///< [M] int32, 0 <= pos < 2^24
+  float const* inv_freq = nullptr;     ///< [head_dim / 2] fp32: pair i of every q/k head turns by pos * inv_freq[i]
+  int n_rot_heads = 0;                 ///< q heads + k heads (the heads RoPE turns; the v heads follow them)
+  int head_dim = 0;                    ///< 64 or 128
+};
+
+/// Params = Arguments plus M, as the QK-norm nodes' (QkNormRopeNodeBase, whose argument rule is theirs, not used).
+template <class CtaTileShapeMNK, bool kCacheSinCos = false>
+struct Sm90RopeHeads : QkNormRopeNodeBase<RopeHeadsArguments> {
+  static constexpr int kTileM = cute::size<0>(CtaTileShapeMNK{});
+  static constexpr int kTileN = cute::size<1>(CtaTileShapeMNK{});
+  static_assert(kTileN % 128 == 0, "RopeHeads: an N tile of whole 128-column groups (heads never straddle tiles)");
+
+  struct SharedStorage {};
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return args.positions != nullptr && args.inv_freq != nullptr && args.n_rot_heads > 0 &&
+           (args.head_dim == 64 || args.head_dim == 128);
+  }
+
+  CUTLASS_HOST_DEVICE Sm90RopeHeads() {}
+  CUTLASS_HOST_DEVICE Sm90RopeHeads(Params const& params, SharedStorage const&) : params_ptr(&params) {}
+
+  Params const* params_ptr = nullptr;
+
+  /// kEpiM: the tile's subtiles along M; kEpiN: a subtile's columns; kJ: a thread's column pairs per row per visit.
+  template <class CoordTensor, int kEpiM, int kEpiN, int kJ>
+  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params)
+        : tC_cD(cute::forward<CoordTensor>(coords)), params(params) {}
+
+    CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
+    Params const* params;  // read through the pointer (constant bank): no register copies through the tile
+    detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos> angles;
+
+    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
+                              cutlass::Array<ElementInput, FragmentSize> const& u) {
+      static_assert(FragmentSize == 4 * kJ, "column groups x 2 rows x 2 per thread");
+      auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
+      int const r = cute::get<0>(origin), c = cute::get<1>(origin);
+      int const hd = params->head_dim;
+      int const head = hd == 128 ? c >> 7 : c >> 6;  // the subtile's columns lie in one head
+      cutlass::Array<float, FragmentSize> out;
+      if (head >= params->n_rot_heads) {  // v heads, and columns past N: pass through
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < FragmentSize; ++k) out[k] = static_cast<float>(u[k]);
+        return out;
+      }
+      int const M = params->M;
+      float const pos[2] = {static_cast<float>(__ldg(params->positions + min(r, M - 1))),
+                            static_cast<float>(__ldg(params->positions + min(r + 8, M - 1)))};
+      if (hd == 128) {
+        detail::rotate_with<0, kJ>(u, out, angles.template at<128 / kEpiN>(epi_m, epi_n, pos, params->inv_freq, c));
+      } else {
+        detail::rotate_with<0, kJ>(u, out, angles.template at<64 / kEpiN>(epi_m, epi_n, pos, params->inv_freq, c));
+      }
+      return out;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    static_assert(decltype(cute::size(args.tiled_copy))::value % 128 == 0,
+                  "RopeHeads: whole warpgroups of epilogue threads (the MMA fragment's row and column layout)");
+    using EpiTile = decltype(args.epi_tile);
+    constexpr int kEpiM = cute::size<0>(EpiTile{}), kEpiN = cute::size<1>(EpiTile{});
+    constexpr int kThreads = decltype(cute::size(args.tiled_copy))::value;
+    static_assert(kTileM % kEpiM == 0 && 64 % kEpiN == 0 && (kEpiM * kEpiN) % (4 * kThreads) == 0,
+                  "RopeHeads: subtiles that divide the tile and a 64-column group");
+    auto coords = fragment_coords<ReferenceSrc>(args);
+    return ConsumerStoreCallbacks<decltype(coords), kTileM / kEpiM, kEpiN, kEpiM * kEpiN / (4 * kThreads)>(
+        cute::move(coords), params_ptr);
+  }
+};
+
+}  // namespace coda::epilogue
