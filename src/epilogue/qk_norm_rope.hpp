@@ -16,7 +16,8 @@
 // Angles as linear_rowscale_rope's (rope_pair.hpp: exact for positions < 2^24); gamma and inv_freq are read per column
 // pair with __ldg (L1-resident, 1 KiB), the positions per row (two per visit; rows >= M read row M - 1 and are never
 // stored). At head_dim 64 with both heads of the subtile q or k, columns j and j + 8 are the same pair of their heads:
-// one sin/cos serves both. Columns >= N hold zero accumulators (TMA zero fill); their heads are past the last v head and pass through.
+// one sin/cos serves both. Columns >= N hold zero accumulators (TMA zero fill); their heads are past the last v head
+// and pass through.
 //
 // Requirements (checked by can_implement and the op's validation): pingpong (128 epilogue threads), a 128-wide N
 // tile and a 64 x 128 subtile; head_dim 64 or 128; inv_freq [head_dim / 2] fp32.
