@@ -1,7 +1,9 @@
 // RopeHeads: a custom sm90 EVT node for linear_rowscale_rope's head-aware kernels: on the q/k/v projection's fragment
 // u = rstd[m] * acc (its child), each adjacent column pair (2i, 2i+1) of a q or k head is turned by
 // theta = pos[m] * inv_freq[i] (RopeRowscale's rotation, rope_pair.hpp), v heads and columns past N pass through.
-// The same values as the stateless RopeRowscale program, bit for bit.
+// The same values as the stateless RopeRowscale program, bit for bit, except at a zero frequency inside a q or k head
+// (none in RoPE's inv_freq): RopeRowscale passes such a pair through, this node turns it by angle 0, which can flip
+// the sign of a zero and turns an infinite input into NaN.
 //
 // Why a node: RopeRowscale sees one fragment at a time and takes the angle's reduction and sin/cos for every pair of
 // every head, though every q and k head of a row turns pair i by the same angle. This node keeps the tile's first

@@ -58,6 +58,9 @@ struct QkNormRopeEpilogueT {
                                                 typename ZStore::Stride, typename ZStore::SmemLayoutAtom,
                                                 typename ZStore::CopyOpR2S>;
     using Z = cutlass::epilogue::fusion::Sm90EVT<ZStoreNode, U>;
+    // The prepass node's angle cache needs every subtile of a tile in one store() call, which stream-K's separate
+    // reduction does not make.
+    static_assert(!(kPrepass && Traits::Config::kStreamK), "QK-norm prepass: not on a stream-K config");
     using Node = std::conditional_t<
         kPrepass,
         epilogue::Sm90QkNormRopePrepass<TileShape, epilogue::detail::CacheSinCos<typename Traits::Config>::value>,

@@ -49,7 +49,8 @@ struct RopeEpilogue {
 
 /// The head-aware program, for configs that name kCacheSinCos (coop_128x256x64_c2x1_sc, a pin):
 ///   D = RopeHeads(multiplies(acc, ColBroadcast(rstd)))
-/// the same values as RopeEpilogue's; the tile's first q/k head's sin and cos serve its later heads
+/// the same values as RopeEpilogue's (but for zero frequencies in q/k heads: rope_heads.hpp); the tile's first q/k
+/// head's sin and cos serve its later heads
 /// (src/epilogue/rope_heads.hpp). No expanded inv_freq: the node reads the caller's [head_dim / 2] vector.
 struct RopeHeadsEpilogue {
   using Args = RopeArgs;
@@ -65,6 +66,9 @@ struct RopeHeadsEpilogue {
     using U = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
         cutlass::epilogue::fusion::Sm90AccFetch, Rstd>;
+    // The node's angle cache needs every subtile of a tile in one store() call, which stream-K's separate reduction
+    // does not make.
+    static_assert(!Traits::Config::kStreamK, "RopeHeads: not on a stream-K config");
     using Node = epilogue::Sm90RopeHeads<TileShape, epilogue::detail::CacheSinCos<typename Traits::Config>::value>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, U>;
 
