@@ -85,10 +85,10 @@ struct Pp128x192x64C2x1E16h : Pp128x192x64C2x1E16 {
   static constexpr char const* kName = "pp_128x192x64_c2x1_e16h";
   static constexpr int kNarrowChunk = 4;
 };
-/// The cooperative 128x256 tile with linear_rowscale_qk_norm_rope's node keeping the tile's first head's sine and
-/// cosine for its later heads (`kCacheSinCos`, epilogue/qk_norm_rope_prepass.hpp), where the default keeps the
-/// reduced angle and takes sin/cos again per head: two registers per pair and row instead of one, for half the MUFU
-/// (the quarter-rate XU pipe) at head_dim 128. A pin for the A/B against coop_128x256x64_c2x1; not yet timed.
+/// The cooperative 128x256 tile with the head-aware RoPE nodes keeping the tile's first head's sine and cosine for its
+/// later heads (`kCacheSinCos`: linear_rowscale_qk_norm_rope's prepass node, linear_rowscale_rope's RopeHeads), two
+/// registers per pair and row, for half the MUFU (the quarter-rate XU pipe) at head_dim 128. A pin of both ops for the
+/// A/B against coop_128x256x64_c2x1; not yet timed.
 struct Coop128x256x64C2x1Sc : Coop128x256x64C2x1 {
   static constexpr char const* kName = "coop_128x256x64_c2x1_sc";
   static constexpr bool kCacheSinCos = true;

@@ -19,7 +19,8 @@ coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
       coop_128x256x64_c2x1_sc
     FP16 pp_128x128x64_c2x1_e128
-    # coop_128x256x64_c2x1_sc: 32 bytes of spill stores, an 8-byte frame (the 64 sin/cos registers at head_dim 128).
+    # coop_128x256x64_c2x1_sc: 32 bytes of spill stores, an 8-byte frame (SASS: two words stored at the kernel's setup
+    # and reloaded at the epilogue's start, none in the k-loop or the subtile loop).
     ACCEPT_SPILL coop_128x256x64_c2x1_sc 32
     DEFAULT pp_128x128x64_c2x1_e128 n 8
     RULE "K >= 4096 && M >= 4096" coop_128x256x64_c2x1 m 8 "d and M >= 4096: cooperative 128x256 (f4qk runs 5-7)")
