@@ -82,9 +82,9 @@ CUTLASS_DEVICE void norm_rotate_pairs(In const& u, Out& out, float const (&rh)[2
   }
 }
 
-/// What a head-aware RoPE node (QK-norm prepass, RopeHeads) keeps of one pair's angle for a tile's later heads: the reduced angle (one register; each
-/// use takes the hardware sin/cos of it) or its sine and cosine (two registers, no MUFU on reuse). The same values
-/// either way.
+/// What a head-aware RoPE node (QK-norm prepass, RopeHeads) keeps of one pair's angle for a tile's later heads: the
+/// reduced angle (one register; each use takes the hardware sin/cos of it) or its sine and cosine (two registers, no
+/// MUFU on reuse). The same values either way.
 template <bool kSinCos>
 struct PairAngle {
   float r;
