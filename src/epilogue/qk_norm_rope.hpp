@@ -170,12 +170,18 @@ struct HeadAngleCache {
   static constexpr int kSlots = kEpiM * (128 / kEpiN);
   PairAngle<kSinCos> slot_[kSlots][kJ][2];
 
-  /// The angles of the visit (epi_m, epi_n) of a q or k head with kSub subtiles per head (head_dim / kEpiN); rows
-  /// at pos, the fragment's first column first_col.
+  /// The angles of the visit (epi_m, epi_n) of a q or k head with kSub subtiles per head (head_dim / kEpiN); the
+  /// fragment's rows r and r + 8 (their positions read only by the first head's visits; rows >= M read row M - 1),
+  /// its first column first_col.
   template <int kSub>
-  CUTLASS_DEVICE auto const& at(int epi_m, int epi_n, float const (&pos)[2], float const* inv_freq, int first_col) {
+  CUTLASS_DEVICE auto const& at(int epi_m, int epi_n, int32_t const* positions, int r, int M, float const* inv_freq,
+                                int first_col) {
     int const slot = epi_m * kSub + epi_n % kSub;
-    if (epi_n < kSub) rope_angles<0, kJ>(pos, inv_freq, first_col, kSub * kEpiN, slot_[slot]);
+    if (epi_n < kSub) {
+      float const pos[2] = {static_cast<float>(__ldg(positions + min(r, M - 1))),
+                            static_cast<float>(__ldg(positions + min(r + 8, M - 1)))};
+      rope_angles<0, kJ>(pos, inv_freq, first_col, kSub * kEpiN, slot_[slot]);
+    }
     return slot_[slot];
   }
 };

@@ -132,13 +132,31 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
     Params const* params;  // read through the pointer (constant bank): no register copies through the tile
     SharedStorage const* smem;
     detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos> angles;  // see "Angles" above
+    // The current head's norm scale of rows r and r + 8, per epi_m: set by the head's first subtile, read by its
+    // later ones (the collective visits epi_n in order, epi_m inside), so rstd, the sums and the rsqrt are taken
+    // once per row and head rather than once per visit.
+    float rh_[kEpiM][2];
 
-    /// Norm and RoPE of one visit with kSub subtiles per head (head_dim / kEpiN).
+    /// Norm and RoPE of one visit with kSub subtiles per head (head_dim / kEpiN): rows r and r + 8, the head's
+    /// 64-column group g of the tile.
     template <int kSub, class In, class Out>
-    CUTLASS_DEVICE void rotate(In const& u, Out& out, float const (&rh)[2], float const (&pos)[2], float const* gamma,
-                               int c, int epi_m, int epi_n) {
-      detail::norm_rotate_with<0, kJ>(u, out, rh, gamma, c, kSub * kEpiN,
-                                      angles.template at<kSub>(epi_m, epi_n, pos, params->inv_freq, c));
+    CUTLASS_DEVICE void rotate(In const& u, Out& out, float const* gamma, int r, int c, int g, int epi_m, int epi_n) {
+      int const M = params->M;
+      float(&rh)[2] = rh_[epi_m];
+      if (epi_n % kSub == 0) {
+        constexpr float kInvHd = 1.0f / (kSub * kEpiN);
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          int const m = r + 8 * h;
+          float const* const sums = smem->sumsq[m % kTileM];
+          float const sum = kSub * kEpiN == 128 ? sums[g & ~1] + sums[g | 1] : sums[g];
+          float const x = __ldg(params->rstd + min(m, M - 1));
+          rh[h] = rsqrtf(fmaf(x * x, sum * kInvHd, params->eps));
+        }
+      }
+      detail::norm_rotate_with<0, kJ>(
+          u, out, rh, gamma, c, kSub * kEpiN,
+          angles.template at<kSub>(epi_m, epi_n, params->positions, r, M, params->inv_freq, c));
     }
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
@@ -157,23 +175,11 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
         return out;
       }
       float const* const gamma = head < params->n_q_heads ? params->q_gamma : params->k_gamma;
-      int const M = params->M;
       int const g = (c % kTileN) >> 6;  // the tile's N origin is a multiple of kTileN
-      float const inv_hd = hd == 128 ? 1.0f / 128.0f : 1.0f / 64.0f;
-      float rh[2], pos[2];
-      CUTLASS_PRAGMA_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        int const m = r + 8 * h;
-        float const* const sums = smem->sumsq[m % kTileM];
-        float const sum = hd == 128 ? sums[g & ~1] + sums[g | 1] : sums[g];
-        float const x = __ldg(params->rstd + min(m, M - 1));
-        rh[h] = rsqrtf(fmaf(x * x, sum * inv_hd, params->eps));
-        pos[h] = static_cast<float>(__ldg(params->positions + min(m, M - 1)));
-      }
       if (hd == 128) {
-        rotate<128 / kEpiN>(u, out, rh, pos, gamma, c, epi_m, epi_n);
+        rotate<128 / kEpiN>(u, out, gamma, r, c, g, epi_m, epi_n);
       } else {
-        rotate<64 / kEpiN>(u, out, rh, pos, gamma, c, epi_m, epi_n);
+        rotate<64 / kEpiN>(u, out, gamma, r, c, g, epi_m, epi_n);
       }
       return out;
     }

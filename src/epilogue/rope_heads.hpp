@@ -82,13 +82,14 @@ struct Sm90RopeHeads : QkNormRopeNodeBase<RopeHeadsArguments> {
         for (int k = 0; k < FragmentSize; ++k) out[k] = static_cast<float>(u[k]);
         return out;
       }
+      int32_t const* const positions = params->positions;
       int const M = params->M;
-      float const pos[2] = {static_cast<float>(__ldg(params->positions + min(r, M - 1))),
-                            static_cast<float>(__ldg(params->positions + min(r + 8, M - 1)))};
       if (hd == 128) {
-        detail::rotate_with<0, kJ>(u, out, angles.template at<128 / kEpiN>(epi_m, epi_n, pos, params->inv_freq, c));
+        detail::rotate_with<0, kJ>(
+            u, out, angles.template at<128 / kEpiN>(epi_m, epi_n, positions, r, M, params->inv_freq, c));
       } else {
-        detail::rotate_with<0, kJ>(u, out, angles.template at<64 / kEpiN>(epi_m, epi_n, pos, params->inv_freq, c));
+        detail::rotate_with<0, kJ>(
+            u, out, angles.template at<64 / kEpiN>(epi_m, epi_n, positions, r, M, params->inv_freq, c));
       }
       return out;
     }

@@ -1064,9 +1064,13 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_rowscale", CODA_BF16, 4095, 10240, 8192, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
       {"linear_rowscale", CODA_BF16, 8192, 6144, 4095, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
       {"linear_rowscale", CODA_FP16, 8192, 6144, 4096, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
-      // linear_rowscale_rope: pingpong 128x128 raster N; cooperative raster M from K = 8192 and M = 4096 (bf16).
-      {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, pp_n8.c_str()},
-      {"linear_rowscale_rope", CODA_BF16, 8192, 10240, 8192, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
+      // linear_rowscale_rope: pingpong 128x128 raster N; the cooperative _sc kernel raster M from K = 4096 and
+      // M = 4096 (bf16).
+      {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, "coop_128x256x64_c2x1_sc:raster=m,swizzle=8"},
+      {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4095, pp_n8.c_str()},
+      {"linear_rowscale_rope", CODA_BF16, 8192, 3072, 2048, pp_n8.c_str()},
+      {"linear_rowscale_rope", CODA_BF16, 8192, 10240, 8192, "coop_128x256x64_c2x1_sc:raster=m,swizzle=8"},
+      {"linear_rowscale_rope", CODA_BF16, 8192, 7168, 5120, "coop_128x256x64_c2x1_sc:raster=m,swizzle=4"},
       {"linear_rowscale_rope", CODA_BF16, 4095, 10240, 8192, pp_n8.c_str()},
       {"linear_rowscale_rope", CODA_FP16, 8192, 10240, 8192, pp_n8.c_str()},
       // linear_rowscale_qk_norm_rope: cooperative 128x256 raster M from K = 4096 and M = 4096 (bf16), else the e128
