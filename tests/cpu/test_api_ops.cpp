@@ -1073,16 +1073,16 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_rowscale_rope", CODA_BF16, 8192, 7168, 5120, "coop_128x256x64_c2x1_sc:raster=m,swizzle=4"},
       {"linear_rowscale_rope", CODA_BF16, 4095, 10240, 8192, pp_n8.c_str()},
       {"linear_rowscale_rope", CODA_FP16, 8192, 10240, 8192, pp_n8.c_str()},
-      // linear_rowscale_qk_norm_rope: cooperative 128x256 raster M from K = 4096 and M = 4096 (bf16), else the e128
-      // kernel.
-      {"linear_rowscale_qk_norm_rope", CODA_BF16, 4096, 6144, 4096, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
+      // linear_rowscale_qk_norm_rope: cooperative 128x256 raster M from K = 8192 and M = 4096 (bf16), pingpong
+      // 128x128 (prepass) raster N from K = 4096, else the e128 kernel.
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 4096, 10240, 8192, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 4096, 6144, 4096, pp_n8.c_str()},
       {"linear_rowscale_qk_norm_rope", CODA_BF16, 4095, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4095, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 3072, 2048, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_FP16, 8192, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_FP16, 1, 256, 64, "pp_128x128x64_c2x1_e128:raster=n"},  // 1 M tile
-      // Qwen3-14B's q/k/v: N = 7168 is 28 tiles of 256, 32 at swizzle 8 (14 % padding): swizzle 4.
-      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 7168, 5120, "coop_128x256x64_c2x1:raster=m,swizzle=4"},
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 7168, 5120, pp_n8.c_str()},  // Qwen3-14B's q/k/v
       // linear_rowscale_lse: with logits raster N; without, swizzle 8 and cooperative from K = 8192 (bf16).
       {"linear_rowscale_lse", CODA_BF16, 8192, 128256, 8192, "pp_128x128x64_c2x1:raster=n"},
       {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 4096, pp_n8.c_str()},

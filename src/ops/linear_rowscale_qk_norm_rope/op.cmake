@@ -3,18 +3,20 @@
 # (Sm90QkNormRope); raster N, swizzle 8 as linear_rowscale_rope's pingpong 128x128. The other two run the prepass
 # program (the heads' sums taken over the accumulators before the subtile loop, epilogue.hpp); all three 0 spill.
 # Under sustained load, time / cuBLAS (bench/results/vs_quack/f4qk/, runs 4-7 on an H100):
-# - coop_128x256x64_c2x1 (128 x 32 subtiles; 0.75x the 128 x 128 tile's operand bytes per FLOP), raster M, swizzle 8:
+# - coop_128x256x64_c2x1 (128 x 32 subtiles; 0.75x the 128 x 128 tile's operand bytes per FLOP), raster M, swizzle 8
+#   (the rule from d = 8192):
 #   0.93-0.98 of e128's time at llama3-8B and 0.84-0.87 at 70B (1.04-1.10 / 1.02-1.03x cuBLAS; raster N 0.99-1.01 /
 #   0.85-0.89 of e128's); at llama3-1B (K = 2048: 32 k-steps per tile, and the cooperative epilogue does not overlap
 #   the MMA) 1.63x cuBLAS against e128's 1.17x. Large M only (measured at 8192 tokens): a 128x256 tile halves the CTA
 #   count, which a short M cannot spare.
-# - pp_128x128x64_c2x1 (64 x 32 subtiles, a pin): 1.189 / 1.062x at llama3-1B / 8B where e128 ran 1.127 / 1.088.
+# - pp_128x128x64_c2x1 (64 x 32 subtiles; the rule for d = 4096..8191): 1.189 / 1.062x at llama3-1B / 8B where e128
+#   ran 1.127 / 1.088.
 # Tried and dropped: e128 on a 1x2 cluster (1.55 / 1.08 / 1.03x at 1B / 8B / 70B where 2x1 ran 1.17 / 1.06 / 1.02,
 # H200); the prepass on 64 x 16 subtiles of 192-row and 192-column tiles (1.24-1.46x); a 192-row tile at 64 x 128
 # subtiles (428 bytes of spill) and the prepass on a 128 x 192 tile at 64 x 32 (80 bytes).
 # - coop_128x256x64_c2x1_sc (a pin): the same kernel keeping the tile's first head's sin and cos (two registers per pair
-#   and row) where the default keeps the reduced angle (one) and takes sin/cos again per head; not yet timed
-#   (bench/results/vs_quack/qk_angle_reuse/).
+#   and row) where the default keeps the reduced angle (one) and takes sin/cos again per head; on an H100 it tied the
+#   cooperative kernel at llama3-8B and 70B (bench/results/vs_quack/qk_angle_reuse/).
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
       coop_128x256x64_c2x1_sc
@@ -23,4 +25,8 @@ coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm
     # and reloaded at the epilogue's start, none in the k-loop or the subtile loop).
     ACCEPT_SPILL coop_128x256x64_c2x1_sc 32
     DEFAULT pp_128x128x64_c2x1_e128 n 8
-    RULE "K >= 4096 && M >= 4096" coop_128x256x64_c2x1 m 8 "d and M >= 4096: cooperative 128x256 (f4qk runs 5-7)")
+    RULE "K >= 8192 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 8192: cooperative 128x256 (f4qk runs 5-7)"
+    # d = 4096..8191: the prepass on pingpong 128x128 (its epilogue overlaps the other warpgroup's MMA). H200, sustained
+    # load, one run (b2c6e10, bench/results/vs_quack/qk_angle_reuse/): 1.039x cuBLAS at llama3-8B and 1.046x at
+    # Qwen3-14B where the cooperative kernel ran 1.073x / 1.067x; on an H100 the two were within a few per cent at 8B.
+    RULE "K >= 4096 && M >= 4096" pp_128x128x64_c2x1 n 8 "d 4096-8191: pingpong 128x128, prepass (run3 H200)")
