@@ -59,8 +59,7 @@ template <class In, class Out>
 CUTLASS_DEVICE void norm_rotate_pair(In const& u, Out& out, int k, float rh, float2 g, float s, float co) {
   float const n0 = static_cast<float>(u[k]) * rh * g.x;
   float const n1 = static_cast<float>(u[k + 1]) * rh * g.y;
-  out[k] = __fmaf_rn(n0, co, -n1 * s);
-  out[k + 1] = __fmaf_rn(n1, co, n0 * s);
+  rope_rotate(n0, n1, s, co, out[k], out[k + 1]);
 }
 
 /// The per-head norm's scale and RoPE on fragment pairs J0 <= j < J1 (element 4j + 2h + e at row r + 8h, column
@@ -141,8 +140,7 @@ template <class Config>
 struct CacheSinCos<Config, std::void_t<decltype(Config::kCacheSinCos)>>
     : std::integral_constant<bool, Config::kCacheSinCos> {};
 
-/// RoPE alone (no norm) on fragment pairs J0 <= j < J1 by the angles of rope_angles: out = R(u), as RopeRowscale
-/// rotates (rope_pair.hpp).
+/// RoPE alone (no norm) on fragment pairs J0 <= j < J1 by the angles of rope_angles: out = R(u).
 template <int J0, int J1, bool kSinCos, class In, class Out>
 CUTLASS_DEVICE void rotate_with(In const& u, Out& out, PairAngle<kSinCos> const (&a)[J1 - J0][2]) {
   CUTLASS_PRAGMA_UNROLL
@@ -152,9 +150,7 @@ CUTLASS_DEVICE void rotate_with(In const& u, Out& out, PairAngle<kSinCos> const 
       int const k = 4 * j + 2 * h;
       float s, co;
       a[j - J0][h].get(&s, &co);
-      float const z0 = static_cast<float>(u[k]), z1 = static_cast<float>(u[k + 1]);
-      out[k] = __fmaf_rn(z0, co, -z1 * s);
-      out[k + 1] = __fmaf_rn(z1, co, z0 * s);
+      rope_rotate(static_cast<float>(u[k]), static_cast<float>(u[k + 1]), s, co, out[k], out[k + 1]);
     }
   }
 }

@@ -64,6 +64,13 @@ CUTLASS_DEVICE float rope_reduce(float pos, float f) {
 /// sin and cos of pos * f for integer-valued pos in [0, 2^24) and finite f >= 0 (see the header comment).
 CUTLASS_DEVICE void rope_sincos(float pos, float f, float* s, float* c) { __sincosf(rope_reduce(pos, f), s, c); }
 
+/// One pair turned by the angle whose sine and cosine are (s, c): (o0, o1) = (z0 c - z1 s, z1 c + z0 s), each an fma
+/// of a rounded product (every RoPE node rotates through this, so their outputs agree bit for bit).
+CUTLASS_DEVICE void rope_rotate(float z0, float z1, float s, float c, float& o0, float& o1) {
+  o0 = __fmaf_rn(z0, c, -z1 * s);
+  o1 = __fmaf_rn(z1, c, z0 * s);
+}
+
 }  // namespace detail
 
 /// Sm90Compute functor: operator()(acc, rstd, pos, inv_freq) on whole fragments (float; pos as float).
@@ -89,8 +96,7 @@ struct RopeRowscale<cutlass::Array<float, N>> {
       } else {
         float s, c;
         detail::rope_sincos(pos[k], f, &s, &c);
-        out[k] = __fmaf_rn(z0, c, -z1 * s);
-        out[k + 1] = __fmaf_rn(z1, c, z0 * s);
+        detail::rope_rotate(z0, z1, s, c, out[k], out[k + 1]);
       }
     }
     return out;
