@@ -155,6 +155,21 @@ CUTLASS_DEVICE void rotate_with(In const& u, Out& out, PairAngle<kSinCos> const 
   }
 }
 
+/// The visit geometry of a head-aware node on narrow subtiles (QK-norm prepass, RopeHeads): kEpiM subtiles along M of
+/// a kTileM-row tile, kEpiN columns per subtile, kJ column pairs per thread, row and visit (the MMA fragment's layout:
+/// element 4j + 2h + e at row r + 8h, column c + 8j + e), from the collective's subtile and epilogue thread count.
+template <int kTileM, class EpiTile, int kThreads>
+struct NarrowSubtiles {
+  static_assert(kThreads % 128 == 0, "head-aware RoPE node: whole warpgroups of epilogue threads (a quad's lanes "
+                                     "share rows)");
+  static constexpr int kRows = cute::size<0>(EpiTile{});
+  static constexpr int kEpiN = cute::size<1>(EpiTile{});
+  static_assert(kTileM % kRows == 0 && 64 % kEpiN == 0 && (kRows * kEpiN) % (4 * kThreads) == 0,
+                "head-aware RoPE node: subtiles that divide the tile and a 64-column group");
+  static constexpr int kEpiM = kTileM / kRows;
+  static constexpr int kJ = kRows * kEpiN / (4 * kThreads);
+};
+
 /// The angles of a tile's q and k heads across its epilogue visits (narrow subtiles: kEpiN <= 64 columns, kEpiM
 /// subtiles along M, kJ column pairs per row and visit). Every q and k head of a row turns pair i by the same angle,
 /// so the visits of the tile's first head compute them and the visits of its later heads read them back: slot =

@@ -188,16 +188,9 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
   template <bool ReferenceSrc, class... Args>
   CUTLASS_DEVICE auto get_consumer_store_callbacks(
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
-    static_assert(decltype(cute::size(args.tiled_copy))::value % 128 == 0,
-                  "QkNormRopePrepass: whole warpgroups of epilogue threads (a quad's lanes share rows)");
-    using EpiTile = decltype(args.epi_tile);
-    constexpr int kEpiM = cute::size<0>(EpiTile{}), kEpiN = cute::size<1>(EpiTile{});
-    constexpr int kThreads = decltype(cute::size(args.tiled_copy))::value;
-    static_assert(kTileM % kEpiM == 0 && 64 % kEpiN == 0 && (kEpiM * kEpiN) % (4 * kThreads) == 0,
-                  "QkNormRopePrepass: subtiles that divide the tile and a 64-column group");
+    using G = detail::NarrowSubtiles<kTileM, decltype(args.epi_tile), decltype(cute::size(args.tiled_copy))::value>;
     auto coords = fragment_coords<ReferenceSrc>(args);
-    return ConsumerStoreCallbacks<decltype(coords), kTileM / kEpiM, kEpiN, kEpiM * kEpiN / (4 * kThreads)>(
-        cute::move(coords), params_ptr, smem_ptr);
+    return ConsumerStoreCallbacks<decltype(coords), G::kEpiM, G::kEpiN, G::kJ>(cute::move(coords), params_ptr, smem_ptr);
   }
 };
 
