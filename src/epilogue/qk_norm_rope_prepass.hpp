@@ -190,7 +190,8 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
     using G = detail::NarrowSubtiles<kTileM, decltype(args.epi_tile), decltype(cute::size(args.tiled_copy))::value>;
     auto coords = fragment_coords<ReferenceSrc>(args);
-    return ConsumerStoreCallbacks<decltype(coords), G::kEpiM, G::kEpiN, G::kJ>(cute::move(coords), params_ptr, smem_ptr);
+    return ConsumerStoreCallbacks<decltype(coords), G::kEpiM, G::kEpiN, G::kJ>(cute::move(coords), params_ptr,
+                                                                               smem_ptr);
   }
 };
 
