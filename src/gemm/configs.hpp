@@ -87,8 +87,9 @@ struct Pp128x192x64C2x1E16h : Pp128x192x64C2x1E16 {
 };
 /// The cooperative 128x256 tile with the head-aware RoPE nodes keeping the tile's first head's sine and cosine for its
 /// later heads (`kCacheSinCos`: linear_rowscale_qk_norm_rope's prepass node, linear_rowscale_rope's RopeHeads), two
-/// registers per pair and row, for half the MUFU (the quarter-rate XU pipe) at head_dim 128. A pin of both ops for the
-/// A/B against coop_128x256x64_c2x1; not yet timed.
+/// registers per pair and row, for half the MUFU (the quarter-rate XU pipe) at head_dim 128. linear_rowscale_rope's
+/// pick from d = 4096; a pin of linear_rowscale_qk_norm_rope, where it tied coop_128x256x64_c2x1
+/// (bench/results/vs_quack/qk_angle_reuse/).
 struct Coop128x256x64C2x1Sc : Coop128x256x64C2x1 {
   static constexpr char const* kName = "coop_128x256x64_c2x1_sc";
   static constexpr bool kCacheSinCos = true;

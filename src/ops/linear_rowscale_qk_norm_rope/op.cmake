@@ -28,5 +28,6 @@ coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm
     RULE "K >= 8192 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 8192: cooperative 128x256 (f4qk runs 5-7)"
     # d = 4096..8191: the prepass on pingpong 128x128 (its epilogue overlaps the other warpgroup's MMA). H200, sustained
     # load, one run (b2c6e10, bench/results/vs_quack/qk_angle_reuse/): 1.039x cuBLAS at llama3-8B and 1.046x at
-    # Qwen3-14B where the cooperative kernel ran 1.073x / 1.067x; on an H100 the two were within a few per cent at 8B.
+    # Qwen3-14B where the cooperative kernel ran 1.073x / 1.067x. Not yet timed side by side on an H100 (separate
+    # earlier runs at 8B: pingpong prepass 1.062x, cooperative 1.04-1.10x).
     RULE "K >= 4096 && M >= 4096" pp_128x128x64_c2x1 n 8 "d 4096-8191: pingpong 128x128, prepass (run3 H200)")

@@ -47,7 +47,7 @@ struct RopeEpilogue {
   };
 };
 
-/// The head-aware program, for configs that name kCacheSinCos (coop_128x256x64_c2x1_sc, a pin):
+/// The head-aware program, for configs that name kCacheSinCos (coop_128x256x64_c2x1_sc, the op's pick from d = 4096):
 ///   D = RopeHeads(multiplies(acc, ColBroadcast(rstd)))
 /// the same values as RopeEpilogue's (but for zero frequencies in q/k heads: rope_heads.hpp); the tile's first q/k
 /// head's sin and cos serve its later heads. The node reads the caller's [head_dim / 2] inv_freq, not the expanded one.

@@ -9,6 +9,7 @@ coda_fused_op(linear_rowscale_rope ARGS RopeArgs NAMESPACE rope_kernels LAYOUT f
     # From d = 4096: cooperative 128x256 on the head-aware program (epilogue/rope_heads.hpp), the tile's first q/k
     # head's sin and cos kept for its later heads (half the MUFU of the stateless functor). H100, sustained load, two
     # rounds (bench/results/vs_quack/qk_angle_reuse/): llama3-8B 0.98-1.00x cuBLAS where pingpong ran 1.05-1.10x,
-    # llama3-70B 1.01x where the plain cooperative kernel ran 1.03x. At llama3-1B (K = 2048) the cooperative tile
-    # ran 1.53x (its epilogue does not overlap the MMA): pingpong stays below d = 4096.
+    # llama3-70B 1.01x where the plain cooperative kernel ran 1.03x. On the H200 (one run, b2c6e10) it tied pingpong:
+    # 1.022 / 0.994 / 1.027x at 8B / 70B / Qwen3-14B against 1.012 / 1.001 / 1.030x. At llama3-1B (K = 2048) the
+    # cooperative tile ran 1.53x on the H100 (its epilogue does not overlap the MMA): pingpong stays below d = 4096.
     RULE "K >= 4096 && M >= 4096" coop_128x256x64_c2x1_sc m 8 "d and M >= 4096: cooperative 128x256, sin/cos kept")
