@@ -68,4 +68,11 @@ using Gamma = Named<RowVector<TileShape, Element>, GammaName>;
 template <class TileShape>
 using InvFreq = Named<RowVector<TileShape>, InvFreqName>;
 
+/// u = rstd[m] * acc in fp32 (the input norm's row scale on the GEMM's result, not rounded): the child of the nodes
+/// that work on u (the QK-norm nodes, RopeHeads). Its Rstd leaf is set by name as any other.
+template <class TileShape, cutlass::FloatRoundStyle kRound>
+using RowScaledAcc = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
+    cutlass::epilogue::fusion::Sm90AccFetch, Rstd<TileShape>>;
+
 }  // namespace coda::epilogue

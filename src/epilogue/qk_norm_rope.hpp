@@ -170,6 +170,25 @@ struct NarrowSubtiles {
   static constexpr int kJ = kRows * kEpiN / (4 * kThreads);
 };
 
+/// Where a narrow-subtile visit lies: rows r and r + 8 of its fragment, its first column c, and the head its columns
+/// lie in (head_dim 64 or 128: a subtile of at most 64 columns never straddles two heads).
+struct HeadVisit {
+  int r, c, head;
+};
+template <class CoordTensor>
+CUTLASS_DEVICE HeadVisit head_visit(CoordTensor const& tC_cD, int epi_m, int epi_n, int head_dim) {
+  auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
+  int const c = cute::get<1>(origin);
+  return {cute::get<0>(origin), c, head_dim == 128 ? c >> 7 : c >> 6};
+}
+
+/// out = u element by element: the columns a head-aware node does not turn (v heads, and columns past N).
+template <class ElementInput, int N>
+CUTLASS_DEVICE void pass_through(cutlass::Array<ElementInput, N> const& u, cutlass::Array<float, N>& out) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 0; k < N; ++k) out[k] = static_cast<float>(u[k]);
+}
+
 /// The angles of a tile's q and k heads across its epilogue visits (narrow subtiles: kEpiN <= 64 columns, kEpiM
 /// subtiles along M, kJ column pairs per row and visit). Every q and k head of a row turns pair i by the same angle,
 /// so the visits of the tile's first head compute them and the visits of its later heads read them back: slot =

@@ -164,14 +164,11 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
                               cutlass::Array<ElementInput, FragmentSize> const& u) {
       static_assert(FragmentSize == 4 * kJ && FragmentSize <= 32,
                     "expects a subtile of at most 64 columns: column groups x 2 rows x 2 per thread");
-      auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
-      int const r = cute::get<0>(origin), c = cute::get<1>(origin);
       int const hd = params->head_dim;
-      int const head = hd == 128 ? c >> 7 : c >> 6;  // the subtile's columns lie in one 64-column group: one head
+      auto const [r, c, head] = detail::head_visit(tC_cD, epi_m, epi_n, hd);
       cutlass::Array<float, FragmentSize> out;
-      if (head >= params->n_q_heads + params->n_kv_heads) {  // v heads, and columns past N: pass through
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < FragmentSize; ++k) out[k] = static_cast<float>(u[k]);
+      if (head >= params->n_q_heads + params->n_kv_heads) {
+        detail::pass_through(u, out);
         return out;
       }
       float const* const gamma = head < params->n_q_heads ? params->q_gamma : params->k_gamma;

@@ -72,14 +72,11 @@ struct Sm90RopeHeads : QkNormRopeNodeBase<RopeHeadsArguments> {
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
                               cutlass::Array<ElementInput, FragmentSize> const& u) {
       static_assert(FragmentSize == 4 * kJ, "column groups x 2 rows x 2 per thread");
-      auto const origin = fragment_origin(tC_cD, epi_m, epi_n);
-      int const r = cute::get<0>(origin), c = cute::get<1>(origin);
       int const hd = params->head_dim;
-      int const head = hd == 128 ? c >> 7 : c >> 6;  // the subtile's columns lie in one head
+      auto const [r, c, head] = detail::head_visit(tC_cD, epi_m, epi_n, hd);
       cutlass::Array<float, FragmentSize> out;
-      if (head >= params->n_rot_heads) {  // v heads, and columns past N: pass through
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < FragmentSize; ++k) out[k] = static_cast<float>(u[k]);
+      if (head >= params->n_rot_heads) {
+        detail::pass_through(u, out);
         return out;
       }
       int32_t const* const positions = params->positions;

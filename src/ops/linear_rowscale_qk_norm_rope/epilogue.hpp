@@ -50,9 +50,7 @@ struct QkNormRopeEpilogueT {
     using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
                                                                               ElementD>;
     using Rstd = epilogue::Rstd<TileShape>;
-    using U = cutlass::epilogue::fusion::Sm90EVT<
-        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
-        cutlass::epilogue::fusion::Sm90AccFetch, Rstd>;
+    using U = epilogue::RowScaledAcc<TileShape, kRound>;
     using ZStoreNode =
         cutlass::epilogue::fusion::Sm90AuxStore<ZStore::Stages, typename ZStore::EpilogueTile, ElementD, kRound,
                                                 typename ZStore::Stride, typename ZStore::SmemLayoutAtom,

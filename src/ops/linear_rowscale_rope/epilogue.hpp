@@ -62,9 +62,7 @@ struct RopeHeadsEpilogue {
     using TileShape = typename Traits::TileShape;
 
     using Rstd = epilogue::Rstd<TileShape>;
-    using U = cutlass::epilogue::fusion::Sm90EVT<
-        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
-        cutlass::epilogue::fusion::Sm90AccFetch, Rstd>;
+    using U = epilogue::RowScaledAcc<TileShape, kRound>;
     // The node's angle cache needs every subtile of a tile in one store() call, which stream-K's separate reduction
     // does not make.
     static_assert(!Traits::Config::kStreamK, "RopeHeads: not on a stream-K config");
