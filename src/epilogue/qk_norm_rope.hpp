@@ -158,7 +158,10 @@ CUTLASS_DEVICE void rotate_with(In const& u, Out& out, PairAngle<kSinCos> const 
 /// The visit geometry of a head-aware node on narrow subtiles (QK-norm prepass, RopeHeads): kEpiM subtiles along M of
 /// a kTileM-row tile, kEpiN columns per subtile, kJ column pairs per thread, row and visit (the MMA fragment's layout:
 /// element 4j + 2h + e at row r + 8h, column c + 8j + e), from the collective's subtile and epilogue thread count.
-template <int kTileM, class EpiTile, int kThreads>
+/// kReuseAngles: whether the tile's later heads may keep its first head's angles (HeadAngleCache) across visits, up
+/// to 64 registers beside the accumulators; only where a thread holds at most 128 of them (the 192-row pingpong tile
+/// holds 192 and recomputes the angles per visit instead).
+template <int kTileM, int kTileN, class EpiTile, int kThreads>
 struct NarrowSubtiles {
   static_assert(kThreads % 128 == 0, "head-aware RoPE node: whole warpgroups of epilogue threads (a quad's lanes "
                                      "share rows)");
@@ -168,6 +171,7 @@ struct NarrowSubtiles {
                 "head-aware RoPE node: subtiles that divide the tile and a 64-column group");
   static constexpr int kEpiM = kTileM / kRows;
   static constexpr int kJ = kRows * kEpiN / (4 * kThreads);
+  static constexpr bool kReuseAngles = kTileM * kTileN / kThreads <= 128;
 };
 
 /// Where a narrow-subtile visit lies: rows r and r + 8 of its fragment, its first column c, and the head its columns
@@ -194,10 +198,11 @@ CUTLASS_DEVICE void pass_through(cutlass::Array<ElementInput, N> const& u, cutla
 /// so the visits of the tile's first head compute them and the visits of its later heads read them back: slot =
 /// (epi_m, the visit's subtile within its head). A q or k head is never preceded by a v head, so whenever a later
 /// head reads a slot, the first head's visit filled it. Indexed by constants once the collective's unrolled subtile
-/// loop inlines the visit (registers, no local memory).
-template <int kEpiM, int kEpiN, int kJ, bool kSinCos>
+/// loop inlines the visit (registers, no local memory). !kReuse: one slot, every visit computes its own angles (the
+/// same values).
+template <int kEpiM, int kEpiN, int kJ, bool kSinCos, bool kReuse = true>
 struct HeadAngleCache {
-  static constexpr int kSlots = kEpiM * (128 / kEpiN);
+  static constexpr int kSlots = kReuse ? kEpiM * (128 / kEpiN) : 1;
   PairAngle<kSinCos> slot_[kSlots][kJ][2];
 
   /// The angles of the visit (epi_m, epi_n) of a q or k head with kSub subtiles per head (head_dim / kEpiN); the
@@ -206,8 +211,8 @@ struct HeadAngleCache {
   template <int kSub>
   CUTLASS_DEVICE auto const& at(int epi_m, int epi_n, int32_t const* positions, int r, int M, float const* inv_freq,
                                 int first_col) {
-    int const slot = epi_m * kSub + epi_n % kSub;
-    if (epi_n < kSub) {
+    int const slot = kReuse ? epi_m * kSub + epi_n % kSub : 0;
+    if (!kReuse || epi_n < kSub) {
       float const pos[2] = {static_cast<float>(__ldg(positions + min(r, M - 1))),
                             static_cast<float>(__ldg(positions + min(r + 8, M - 1)))};
       rope_angles<0, kJ>(pos, inv_freq, first_col, kSub * kEpiN, slot_[slot]);

@@ -123,7 +123,7 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
   };
 
   /// kEpiM: the tile's subtiles along M; kEpiN: a subtile's columns; kJ: a thread's column pairs per row per visit.
-  template <class CoordTensor, int kEpiM, int kEpiN, int kJ>
+  template <class CoordTensor, int kEpiM, int kEpiN, int kJ, bool kReuseAngles>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
     CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params, SharedStorage const* smem)
         : tC_cD(cute::forward<CoordTensor>(coords)), params(params), smem(smem) {}
@@ -131,7 +131,7 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
     CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
     Params const* params;  // read through the pointer (constant bank): no register copies through the tile
     SharedStorage const* smem;
-    detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos> angles;  // see "Angles" above
+    detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos, kReuseAngles> angles;  // see "Angles" above
     // The current head's norm scale of rows r and r + 8, per epi_m: set by the head's first subtile, read by its
     // later ones (the collective visits epi_n in order, epi_m inside), so rstd, the sums and the rsqrt are taken
     // once per row and head rather than once per visit.
@@ -185,10 +185,11 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
   template <bool ReferenceSrc, class... Args>
   CUTLASS_DEVICE auto get_consumer_store_callbacks(
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
-    using G = detail::NarrowSubtiles<kTileM, decltype(args.epi_tile), decltype(cute::size(args.tiled_copy))::value>;
+    using G = detail::NarrowSubtiles<kTileM, kTileN, decltype(args.epi_tile),
+                                     decltype(cute::size(args.tiled_copy))::value>;
     auto coords = fragment_coords<ReferenceSrc>(args);
-    return ConsumerStoreCallbacks<decltype(coords), G::kEpiM, G::kEpiN, G::kJ>(cute::move(coords), params_ptr,
-                                                                               smem_ptr);
+    return ConsumerStoreCallbacks<decltype(coords), G::kEpiM, G::kEpiN, G::kJ, G::kReuseAngles>(
+        cute::move(coords), params_ptr, smem_ptr);
   }
 };
 

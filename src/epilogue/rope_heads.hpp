@@ -59,14 +59,14 @@ struct Sm90RopeHeads : QkNormRopeNodeBase<RopeHeadsArguments> {
   Params const* params_ptr = nullptr;
 
   /// kEpiM: the tile's subtiles along M; kEpiN: a subtile's columns; kJ: a thread's column pairs per row per visit.
-  template <class CoordTensor, int kEpiM, int kEpiN, int kJ>
+  template <class CoordTensor, int kEpiM, int kEpiN, int kJ, bool kReuseAngles>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
     CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params)
         : tC_cD(cute::forward<CoordTensor>(coords)), params(params) {}
 
     CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
     Params const* params;  // read through the pointer (constant bank): no register copies through the tile
-    detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos> angles;
+    detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos, kReuseAngles> angles;
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,
@@ -95,9 +95,11 @@ struct Sm90RopeHeads : QkNormRopeNodeBase<RopeHeadsArguments> {
   template <bool ReferenceSrc, class... Args>
   CUTLASS_DEVICE auto get_consumer_store_callbacks(
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
-    using G = detail::NarrowSubtiles<kTileM, decltype(args.epi_tile), decltype(cute::size(args.tiled_copy))::value>;
+    using G = detail::NarrowSubtiles<kTileM, kTileN, decltype(args.epi_tile),
+                                     decltype(cute::size(args.tiled_copy))::value>;
     auto coords = fragment_coords<ReferenceSrc>(args);
-    return ConsumerStoreCallbacks<decltype(coords), G::kEpiM, G::kEpiN, G::kJ>(cute::move(coords), params_ptr);
+    return ConsumerStoreCallbacks<decltype(coords), G::kEpiM, G::kEpiN, G::kJ, G::kReuseAngles>(cute::move(coords),
+                                                                                                params_ptr);
   }
 };
 

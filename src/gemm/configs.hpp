@@ -94,6 +94,18 @@ struct Coop128x256x64C2x1Sc : Coop128x256x64C2x1 {
   static constexpr char const* kName = "coop_128x256x64_c2x1_sc";
   static constexpr bool kCacheSinCos = true;
 };
+/// Pingpong 192x128 (192 fp32 accumulators per consumer thread, three m64 GMMA blocks per warpgroup) on a 2-CTA cluster
+/// along N (the A tile multicast) or M: quack's fastest qk_rope tile at llama3-1B (pp_192x128_c1x2, 0.995x cuBLAS,
+/// bench/results/vs_quack/qk_angle_reuse/). 128 columns hold whole heads of 64 and 128, as the head-aware nodes need.
+/// 8192 / 192 leaves a partial M tile: the ragged scheduler (no swizzle padding) as for the 128x192 tile.
+struct Pp192x128x64C1x2 : Mainloop<192, 128, 1, 2, true, false> {
+  static constexpr char const* kName = "pp_192x128x64_c1x2";
+  using Scheduler = RaggedPersistentScheduler;
+};
+struct Pp192x128x64C2x1 : Mainloop<192, 128, 2, 1, true, false> {
+  static constexpr char const* kName = "pp_192x128x64_c2x1";
+  using Scheduler = RaggedPersistentScheduler;
+};
 /// The fp32 wgrad's add-into-D kernel (plain::ReduceAddEpilogue): the same mainloop under its own name.
 struct Pp128x128x64C2x1Radd : Pp128x128x64C2x1 {
   static constexpr char const* kName = "pp_128x128x64_c2x1_radd";

@@ -19,11 +19,15 @@
 #   cooperative kernel at llama3-8B and 70B (bench/results/vs_quack/qk_angle_reuse/).
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
-      coop_128x256x64_c2x1_sc
+      coop_128x256x64_c2x1_sc pp_192x128x64_c1x2 pp_192x128x64_c2x1
     FP16 pp_128x128x64_c2x1_e128
     # coop_128x256x64_c2x1_sc: 32 bytes of spill stores, an 8-byte frame (SASS: two words stored at the kernel's setup
     # and reloaded at the epilogue's start, none in the k-loop or the subtile loop).
     ACCEPT_SPILL coop_128x256x64_c2x1_sc 32
+    # pp_192x128 (a trial): 144 / 148 bytes of spill stores (SASS: ~10 words stored and reloaded around the tile's
+    # first epilogue visit, where all 192 accumulators are still live; one reload per k-step).
+    ACCEPT_SPILL pp_192x128x64_c1x2 144
+    ACCEPT_SPILL pp_192x128x64_c2x1 148
     DEFAULT pp_128x128x64_c2x1_e128 n 8
     RULE "K >= 8192 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 8192: cooperative 128x256 (f4qk runs 5-7)"
     # d = 4096..8191: the prepass on pingpong 128x128 (its epilogue overlaps the other warpgroup's MMA). H200, sustained
