@@ -69,10 +69,11 @@ template <class TileShape>
 using InvFreq = Named<RowVector<TileShape>, InvFreqName>;
 
 /// u = rstd[m] * acc in fp32 (the input norm's row scale on the GEMM's result, not rounded): the child of the nodes
-/// that work on u (the QK-norm nodes, RopeHeads). Its Rstd leaf is set by name as any other.
-template <class TileShape, cutlass::FloatRoundStyle kRound>
+/// that work on u (the QK-norm nodes, RopeHeads). Its rstd leaf (Rstd, or a node of the same arguments under
+/// RstdName: column_vector_ldg.hpp's) is set by name as any other.
+template <class TileShape, cutlass::FloatRoundStyle kRound, class RstdLeaf = Rstd<TileShape>>
 using RowScaledAcc = cutlass::epilogue::fusion::Sm90EVT<
     cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
-    cutlass::epilogue::fusion::Sm90AccFetch, Rstd<TileShape>>;
+    cutlass::epilogue::fusion::Sm90AccFetch, RstdLeaf>;
 
 }  // namespace coda::epilogue

@@ -13,6 +13,7 @@
 
 #include "epilogue/accumulator_prepass.hpp"
 #include "epilogue/broadcast.hpp"
+#include "epilogue/column_vector_ldg.hpp"
 #include "epilogue/qk_norm_rope.hpp"
 #include "epilogue/qk_norm_rope_prepass.hpp"
 #include "gemm/fused_linear.hpp"
@@ -49,8 +50,14 @@ struct QkNormRopeEpilogueT {
         TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
     using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
                                                                               ElementD>;
-    using Rstd = epilogue::Rstd<TileShape>;
-    using U = epilogue::RowScaledAcc<TileShape, kRound>;
+    // A tile of more than 128 accumulators per thread (pingpong 192x128) reads rstd per visit: the six registers
+    // Sm90ColBroadcast keeps through the tile are what spills there (144 -> ~100 bytes, local ptxas).
+    using Config = typename Traits::Config;
+    static constexpr bool kWideTile =
+        Config::kTileM * Config::kTileN / (Config::kPingpong ? 128 : 256) > 128;
+    using Rstd = std::conditional_t<kWideTile, epilogue::Named<epilogue::Sm90ColumnVectorLdg, epilogue::RstdName>,
+                                    epilogue::Rstd<TileShape>>;
+    using U = epilogue::RowScaledAcc<TileShape, kRound, Rstd>;
     using ZStoreNode =
         cutlass::epilogue::fusion::Sm90AuxStore<ZStore::Stages, typename ZStore::EpilogueTile, ElementD, kRound,
                                                 typename ZStore::Stride, typename ZStore::SmemLayoutAtom,
@@ -58,10 +65,9 @@ struct QkNormRopeEpilogueT {
     using Z = cutlass::epilogue::fusion::Sm90EVT<ZStoreNode, U>;
     // The prepass node's angle cache needs every subtile of a tile in one store() call, which stream-K's separate
     // reduction does not make.
-    static_assert(!(kPrepass && Traits::Config::kStreamK), "QK-norm prepass: not on a stream-K config");
+    static_assert(!(kPrepass && Config::kStreamK), "QK-norm prepass: not on a stream-K config");
     using Node = std::conditional_t<
-        kPrepass,
-        epilogue::Sm90QkNormRopePrepass<TileShape, epilogue::detail::CacheSinCos<typename Traits::Config>::value>,
+        kPrepass, epilogue::Sm90QkNormRopePrepass<TileShape, epilogue::detail::CacheSinCos<Config>::value>,
         epilogue::Sm90QkNormRope<TileShape>>;
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<Node, Z>;
 

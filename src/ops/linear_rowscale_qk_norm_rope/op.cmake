@@ -24,10 +24,11 @@ coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm
     # coop_128x256x64_c2x1_sc: 32 bytes of spill stores, an 8-byte frame (SASS: two words stored at the kernel's setup
     # and reloaded at the epilogue's start, none in the k-loop or the subtile loop).
     ACCEPT_SPILL coop_128x256x64_c2x1_sc 32
-    # pp_192x128 (a trial): 144 / 148 bytes of spill stores (SASS: ~10 words stored and reloaded around the tile's
-    # first epilogue visit, where all 192 accumulators are still live; one reload per k-step).
-    ACCEPT_SPILL pp_192x128x64_c1x2 144
-    ACCEPT_SPILL pp_192x128x64_c2x1 148
+    # pp_192x128 (pins): 116 / 120 bytes of spill stores with rstd read per visit (144 / 148 with Sm90ColBroadcast;
+    # SASS: words stored and reloaded around the tile's first epilogue visit, where all 192 accumulators are still
+    # live, and one reload per k-step).
+    ACCEPT_SPILL pp_192x128x64_c1x2 116
+    ACCEPT_SPILL pp_192x128x64_c2x1 120
     DEFAULT pp_128x128x64_c2x1_e128 n 8
     RULE "K >= 8192 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 8192: cooperative 128x256 (f4qk runs 5-7)"
     # d = 4096..8191: the prepass on pingpong 128x128 (its epilogue overlaps the other warpgroup's MMA). H200, sustained
