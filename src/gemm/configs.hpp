@@ -106,6 +106,12 @@ struct Pp192x128x64C2x1 : Mainloop<192, 128, 2, 1, true, false> {
   static constexpr char const* kName = "pp_192x128x64_c2x1";
   using Scheduler = RaggedPersistentScheduler;
 };
+/// The same tile (cluster 1x2) with 64x16 epilogue subtiles (8 elements per thread per visit): the QK-norm prepass
+/// program compiles without spill on it where the automatic 64x32 subtile spills 116 bytes.
+struct Pp192x128x64C1x2E16 : Pp192x128x64C1x2 {
+  static constexpr char const* kName = "pp_192x128x64_c1x2_e16";
+  using EpilogueTile = cute::Shape<cute::_64, cute::_16>;
+};
 /// The fp32 wgrad's add-into-D kernel (plain::ReduceAddEpilogue): the same mainloop under its own name.
 struct Pp128x128x64C2x1Radd : Pp128x128x64C2x1 {
   static constexpr char const* kName = "pp_128x128x64_c2x1_radd";

@@ -20,6 +20,7 @@
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1
       coop_128x256x64_c2x1_sc pp_192x128x64_c1x2 pp_192x128x64_c2x1
+      pp_192x128x64_c1x2_e16
     FP16 pp_128x128x64_c2x1_e128
     # coop_128x256x64_c2x1_sc: 32 bytes of spill stores, an 8-byte frame (SASS: two words stored at the kernel's setup
     # and reloaded at the epilogue's start, none in the k-loop or the subtile loop).
