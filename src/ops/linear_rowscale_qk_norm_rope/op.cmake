@@ -32,8 +32,8 @@ coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm
     ACCEPT_SPILL pp_192x128x64_c2x1 120
     DEFAULT pp_128x128x64_c2x1_e128 n 8
     RULE "K >= 8192 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 8192: cooperative 128x256 (f4qk runs 5-7)"
-    # d = 4096..8191: the prepass on pingpong 128x128 (its epilogue overlaps the other warpgroup's MMA). H200, sustained
-    # load, one run (b2c6e10, bench/results/vs_quack/qk_angle_reuse/): 1.039x cuBLAS at llama3-8B and 1.046x at
-    # Qwen3-14B where the cooperative kernel ran 1.073x / 1.067x. Not yet timed side by side on an H100 (separate
-    # earlier runs at 8B: pingpong prepass 1.062x, cooperative 1.04-1.10x).
-    RULE "K >= 4096 && M >= 4096" pp_128x128x64_c2x1 n 8 "d 4096-8191: pingpong 128x128, prepass (run3 H200)")
+    # Below d = 8192 at M >= 4096: the prepass on pingpong 192x128, cluster 1x2 (quack's qk_rope tile), raster M.
+    # H100, sustained load, two runs (bench/results/vs_quack/qk_192/): time / cuBLAS llama3-1B 1.112 / 1.117 where
+    # e128 ran 1.155 / 1.148, Qwen3-4B 1.056 / 1.057 (e128 1.085 / 1.097), llama3-8B 1.026 / 0.986 (pingpong
+    # 128x128 prepass 1.050 / 1.084), Qwen3-14B 1.049 / 1.068 (1.205 / 1.233); Qwen3-1.7B 1.116 against e128's 1.106.
+    RULE "M >= 4096" pp_192x128x64_c1x2 m 8 "d < 8192, M >= 4096: pingpong 192x128, cluster 1x2, prepass (qk_192)")
