@@ -88,29 +88,19 @@ struct Pp128x192x64C2x1E16h : Pp128x192x64C2x1E16 {
 /// The cooperative 128x256 tile with the head-aware RoPE nodes keeping the tile's first head's sine and cosine for its
 /// later heads (`kCacheSinCos`: linear_rowscale_qk_norm_rope's prepass node, linear_rowscale_rope's RopeHeads), two
 /// registers per pair and row, for half the MUFU (the quarter-rate XU pipe) at head_dim 128. linear_rowscale_rope's
-/// pick from d = 4096; a pin of linear_rowscale_qk_norm_rope, where it tied coop_128x256x64_c2x1
-/// (bench/results/vs_quack/qk_angle_reuse/).
+/// pick from d = 4096 (the QK-norm op no longer compiles it: it tied coop_128x256x64_c2x1 there,
+/// bench/results/vs_quack/qk_angle_reuse/).
 struct Coop128x256x64C2x1Sc : Coop128x256x64C2x1 {
   static constexpr char const* kName = "coop_128x256x64_c2x1_sc";
   static constexpr bool kCacheSinCos = true;
 };
 /// Pingpong 192x128 (192 fp32 accumulators per consumer thread, three m64 GMMA blocks per warpgroup) on a 2-CTA cluster
-/// along N (the A tile multicast) or M: quack's fastest qk_rope tile at llama3-1B (pp_192x128_c1x2, 0.995x cuBLAS,
-/// bench/results/vs_quack/qk_angle_reuse/). 128 columns hold whole heads of 64 and 128, as the head-aware nodes need.
+/// along N (the A tile multicast): quack's fastest qk_rope tile at llama3-1B (pp_192x128_c1x2, 0.98-1.01x cuBLAS,
+/// bench/results/vs_quack/qk_192/). 128 columns hold whole heads of 64 and 128, as the head-aware nodes need.
 /// 8192 / 192 leaves a partial M tile: the ragged scheduler (no swizzle padding) as for the 128x192 tile.
 struct Pp192x128x64C1x2 : Mainloop<192, 128, 1, 2, true, false> {
   static constexpr char const* kName = "pp_192x128x64_c1x2";
   using Scheduler = RaggedPersistentScheduler;
-};
-struct Pp192x128x64C2x1 : Mainloop<192, 128, 2, 1, true, false> {
-  static constexpr char const* kName = "pp_192x128x64_c2x1";
-  using Scheduler = RaggedPersistentScheduler;
-};
-/// The same tile (cluster 1x2) with 64x16 epilogue subtiles (8 elements per thread per visit): the QK-norm prepass
-/// program compiles without spill on it where the automatic 64x32 subtile spills 116 bytes.
-struct Pp192x128x64C1x2E16 : Pp192x128x64C1x2 {
-  static constexpr char const* kName = "pp_192x128x64_c1x2_e16";
-  using EpilogueTile = cute::Shape<cute::_64, cute::_16>;
 };
 /// The fp32 wgrad's add-into-D kernel (plain::ReduceAddEpilogue): the same mainloop under its own name.
 struct Pp128x128x64C2x1Radd : Pp128x128x64C2x1 {

@@ -781,10 +781,9 @@ TEST(Abi, FusedOpConfigs) {
                "pp_128x128x64_c2x1,pp_128x192x64_c2x1_e16,pp_128x192x64_c2x1_e16h");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale", CODA_BF16), "coop_128x256x64_c2x1,pp_128x128x64_c2x1");
-  // The QK-norm op's configs: 64x128 subtiles (also its fp16 config), and six with the accumulator prepass.
+  // The QK-norm op's configs: 64x128 subtiles (also its fp16 config), and three with the accumulator prepass.
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_BF16),
-               "pp_128x128x64_c2x1_e128,pp_128x128x64_c2x1,coop_128x256x64_c2x1,coop_128x256x64_c2x1_sc,"
-               "pp_192x128x64_c1x2,pp_192x128x64_c2x1,pp_192x128x64_c1x2_e16");
+               "pp_128x128x64_c2x1_e128,pp_128x128x64_c2x1,coop_128x256x64_c2x1,pp_192x128x64_c1x2");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_FP16), "pp_128x128x64_c2x1_e128");
   EXPECT_EQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_FP32), nullptr);
   EXPECT_EQ(coda_fused_op_configs("gemm", CODA_BF16), nullptr);
@@ -1074,16 +1073,17 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_rowscale_rope", CODA_BF16, 8192, 7168, 5120, "coop_128x256x64_c2x1_sc:raster=m,swizzle=4"},
       {"linear_rowscale_rope", CODA_BF16, 4095, 10240, 8192, pp_n8.c_str()},
       {"linear_rowscale_rope", CODA_FP16, 8192, 10240, 8192, pp_n8.c_str()},
-      // linear_rowscale_qk_norm_rope: cooperative 128x256 raster M from K = 8192 and M = 4096 (bf16), pingpong
-      // 128x128 (prepass) raster N from K = 4096, else the e128 kernel.
+      // linear_rowscale_qk_norm_rope: cooperative 128x256 raster M from K = 8192 and M = 4096 (bf16), else pingpong
+      // 192x128 (cluster 1x2, prepass, ragged scheduler: swizzle as given) raster M from M = 4096, else e128.
       {"linear_rowscale_qk_norm_rope", CODA_BF16, 4096, 10240, 8192, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
-      {"linear_rowscale_qk_norm_rope", CODA_BF16, 4096, 6144, 4096, pp_n8.c_str()},
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 4096, 6144, 4096, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_BF16, 4095, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
-      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4095, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
-      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 3072, 2048, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 6144, 4095, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 3072, 2048, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_FP16, 8192, 6144, 4096, "pp_128x128x64_c2x1_e128:raster=n,swizzle=8"},
       {"linear_rowscale_qk_norm_rope", CODA_FP16, 1, 256, 64, "pp_128x128x64_c2x1_e128:raster=n"},  // 1 M tile
-      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 7168, 5120, pp_n8.c_str()},  // Qwen3-14B's q/k/v
+      {"linear_rowscale_qk_norm_rope", CODA_BF16, 8192, 7168, 5120,
+       "pp_192x128x64_c1x2:raster=m,swizzle=8"},  // Qwen3-14B's q/k/v
       // linear_rowscale_lse: with logits raster N; without, swizzle 8 and cooperative from K = 8192 (bf16).
       {"linear_rowscale_lse", CODA_BF16, 8192, 128256, 8192, "pp_128x128x64_c2x1:raster=n"},
       {"linear_rowscale_lse/nologits", CODA_BF16, 8192, 128256, 4096, pp_n8.c_str()},
