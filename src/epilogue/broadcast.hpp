@@ -4,6 +4,7 @@
 // way (ARCHITECTURE.md, the "vector load" primitive kind).
 #pragma once
 
+#include "epilogue/column_vector_ldg.hpp"
 #include "epilogue/tree_args.hpp"
 
 #include <cute/tensor.hpp>
@@ -11,6 +12,7 @@
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace coda::epilogue {
 
@@ -67,6 +69,13 @@ using Gamma = Named<RowVector<TileShape, Element>, GammaName>;
 /// inv_freq per output column [N] fp32 (RoPE's frequency of each column's pair).
 template <class TileShape>
 using InvFreq = Named<RowVector<TileShape>, InvFreqName>;
+
+/// The rstd leaf of a program on EpilogueTraits: Rstd, or where a thread holds more than 128 accumulators rstd read per
+/// visit (column_vector_ldg.hpp), whose registers Sm90ColBroadcast would keep through the tile (the QK-norm prepass
+/// on the 192x128 tile: 144 -> 116 bytes of spill).
+template <class Traits>
+using RstdOf = std::conditional_t<(Traits::kAccumulatorsPerThread > 128), Named<Sm90ColumnVectorLdg, RstdName>,
+                                  Rstd<typename Traits::TileShape>>;
 
 /// u = rstd[m] * acc in fp32 (the input norm's row scale on the GEMM's result, not rounded): the child of the nodes
 /// that work on u (the QK-norm nodes, RopeHeads). Its rstd leaf (Rstd, or a node of the same arguments under

@@ -192,6 +192,10 @@ struct EpilogueTraits {
   using EpilogueSchedule = typename Config::EpilogueSchedule;
   using EpilogueTile = typename EpilogueTileOf<Config_, ElementD_>::type;
   static constexpr cutlass::FloatRoundStyle kRound = cutlass::FloatRoundStyle::round_to_nearest;
+  /// fp32 accumulators per consumer thread: 128 on the 128x128 pingpong and 128x256 cooperative tiles, 192 on the
+  /// 128x192 and 192x128 pingpong tiles (the registers an epilogue has left beside them are what it may keep).
+  static constexpr int kAccumulatorsPerThread =
+      Config::kTileM * Config::kTileN / (Config::kPingpong ? 128 : 256);
 };
 
 /// The builder's TMA epilogue policy for (Traits, ElementC) with up to `kStagesD` D smem buffers instead of its 2:

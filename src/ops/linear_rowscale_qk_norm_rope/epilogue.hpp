@@ -13,7 +13,6 @@
 
 #include "epilogue/accumulator_prepass.hpp"
 #include "epilogue/broadcast.hpp"
-#include "epilogue/column_vector_ldg.hpp"
 #include "epilogue/qk_norm_rope.hpp"
 #include "epilogue/qk_norm_rope_prepass.hpp"
 #include "gemm/fused_linear.hpp"
@@ -50,13 +49,8 @@ struct QkNormRopeEpilogueT {
         TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
     using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
                                                                               ElementD>;
-    // A tile of more than 128 accumulators per thread (pingpong 192x128) reads rstd per visit: the six registers
-    // Sm90ColBroadcast keeps through the tile are what spills there (144 -> ~100 bytes, local ptxas).
     using Config = typename Traits::Config;
-    static constexpr bool kWideTile =
-        Config::kTileM * Config::kTileN / (Config::kPingpong ? 128 : 256) > 128;
-    using Rstd = std::conditional_t<kWideTile, epilogue::Named<epilogue::Sm90ColumnVectorLdg, epilogue::RstdName>,
-                                    epilogue::Rstd<TileShape>>;
+    using Rstd = epilogue::RstdOf<Traits>;  // read per visit on the 192x128 tile
     using U = epilogue::RowScaledAcc<TileShape, kRound, Rstd>;
     using ZStoreNode =
         cutlass::epilogue::fusion::Sm90AuxStore<ZStore::Stages, typename ZStore::EpilogueTile, ElementD, kRound,

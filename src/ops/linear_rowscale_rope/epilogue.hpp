@@ -5,7 +5,8 @@
 //
 // One compute node: z = rstd * acc and the rotation of each adjacent (2i, 2i+1) pair (src/epilogue/rope_pair.hpp),
 // rounded once to bf16. No custom node: pairs are thread-local and the angle needs only per-row and per-column
-// broadcasts (CUTLASS_EVT.md section 5(e)). A config naming kCacheSinCos runs RopeHeadsEpilogue (below) instead.
+// broadcasts (CUTLASS_EVT.md section 5(e)). A config naming kCacheSinCos, or a tile of more than 128 accumulators per
+// thread, runs RopeHeadsEpilogue (below) instead.
 #pragma once
 
 #include "epilogue/broadcast.hpp"
@@ -61,8 +62,8 @@ struct RopeHeadsEpilogue {
     static constexpr auto kRound = Traits::kRound;
     using TileShape = typename Traits::TileShape;
 
-    using Rstd = epilogue::Rstd<TileShape>;
-    using U = epilogue::RowScaledAcc<TileShape, kRound>;
+    using Rstd = epilogue::RstdOf<Traits>;  // read per visit on the 192x128 tile
+    using U = epilogue::RowScaledAcc<TileShape, kRound, Rstd>;
     // The node's angle cache needs every subtile of a tile in one store() call, which stream-K's separate reduction
     // does not make.
     static_assert(!Traits::Config::kStreamK, "RopeHeads: not on a stream-K config");
@@ -81,9 +82,15 @@ struct RopeHeadsEpilogue {
   };
 };
 
+/// The head-aware program on the _sc config and on tiles of more than 128 accumulators per thread (pingpong 192x128,
+/// where the functor's three broadcast operands would hold their rows and columns in registers through the tile),
+/// else the functor.
 template <class Config, class Element = cutlass::bfloat16_t>
 using RopeKernel = gemm::FusedLinear<
-    Config, std::conditional_t<epilogue::detail::CacheSinCos<Config>::value, RopeHeadsEpilogue, RopeEpilogue>,
+    Config,
+    std::conditional_t<(epilogue::detail::CacheSinCos<Config>::value ||
+                        gemm::EpilogueTraits<Config, Element>::kAccumulatorsPerThread > 128),
+                       RopeHeadsEpilogue, RopeEpilogue>,
     Element, Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 }  // namespace coda::ops
