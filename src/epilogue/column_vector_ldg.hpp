@@ -71,6 +71,10 @@ struct Sm90ColumnVectorLdg : Sm90StoreOnlyNode {
   template <bool ReferenceSrc, class... Args>
   CUTLASS_DEVICE auto get_consumer_store_callbacks(
       cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    // Rows r and r + 8 per visit hold where a subtile is 64 rows per warpgroup (one m64 MMA block): a taller subtile
+    // would put a visit's fragment in several MMA blocks.
+    static_assert(cute::size<0>(decltype(args.epi_tile){}) * 128 == 64 * decltype(cute::size(args.tiled_copy))::value,
+                  "ColumnVectorLdg: an epilogue subtile of 64 rows per 128 threads");
     auto coords = fragment_coords<ReferenceSrc>(args);
     return ConsumerStoreCallbacks<decltype(coords)>(cute::move(coords), params_ptr);
   }

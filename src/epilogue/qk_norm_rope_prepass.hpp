@@ -23,7 +23,9 @@
 // visit still takes the hardware sin/cos. A tile of two or more heads (cooperative 128x256, or head_dim 64) reduces
 // once per row and pair instead of once per head; the values are the same bit for bit. With kCacheSinCos the node
 // keeps the sine and cosine instead (two registers per pair and row), and the later heads issue no MUFU for them:
-// sin/cos share the quarter-rate XU pipe, the epilogue's narrowest.
+// sin/cos share the quarter-rate XU pipe, the epilogue's narrowest. On a tile of more than 128 accumulators per thread
+// (pingpong 192x128) each visit takes its own angles instead (NarrowSubtiles::kReuseAngles): the cache's registers
+// would spill there.
 //
 // Requirements: pingpong (two consumer warpgroups of 128 epilogue threads, one tile each) or cooperative (256
 // threads on one tile), an N tile that is a multiple of 128 (a head never straddles two tiles), a subtile of at most

@@ -9,7 +9,9 @@
 // every head, though every q and k head of a row turns pair i by the same angle. This node keeps the tile's first
 // head's angles across the epilogue's visits (detail::HeadAngleCache, qk_norm_rope.hpp) and the later heads read them
 // back; with kCacheSinCos it keeps their sine and cosine, so the later heads issue no MUFU (the quarter-rate XU pipe,
-// the epilogue's narrowest), at two registers per pair and row.
+// the epilogue's narrowest), at two registers per pair and row. On a tile of more than 128 accumulators per thread
+// (pingpong 192x128) there are no registers for the cache: each visit takes its own angles
+// (NarrowSubtiles::kReuseAngles).
 //
 // Requirements (checked by can_implement and the op's validation): narrow subtiles (at most 64 columns; 16 fragment
 // elements per thread per visit: 64 x 32 pingpong, 128 x 32 cooperative), an N tile that is a multiple of 128 (the

@@ -17,7 +17,7 @@ struct RopeArgs {
   float const* rstd = nullptr;          ///< [M] fp32
   int32_t const* positions = nullptr;   ///< [M] int32, 0 <= pos < 2^24 (exact as float)
   float const* inv_freq_cols = nullptr; ///< [N] fp32: per-column frequency, 0 on v columns
-  // The head-aware program's (a config with kCacheSinCos: epilogue/rope_heads.hpp):
+  // The head-aware program's (a config with kCacheSinCos, or of 192 accumulators per thread: epilogue/rope_heads.hpp):
   float const* inv_freq = nullptr;      ///< [head_dim / 2] fp32, the caller's
   int32_t n_rot_heads = 0;              ///< q heads + k heads
   int32_t head_dim = 0;                 ///< 64 or 128

@@ -4,8 +4,8 @@ coda_fused_op(linear_rowscale_rope ARGS RopeArgs NAMESPACE rope_kernels LAYOUT f
     FP16 pp_128x128x64_c2x1
     # coop_128x256x64_c2x1_sc: 32 bytes of spill stores, an 8-byte frame (two words across the k-loop).
     ACCEPT_SPILL coop_128x256x64_c2x1_sc 32
-    # pp_192x128x64_c1x2 (a pin, not yet timed): the head-aware program on linear_rowscale_qk_norm_rope's tile below
-    # d = 8192 (rstd read per visit, angles per visit).
+    # pp_192x128x64_c1x2 (a pin, 0 spill; not yet GPU-tested or timed): the head-aware program on the tile of
+    # linear_rowscale_qk_norm_rope below d = 8192 (rstd read per visit, angles per visit).
     # Pingpong 128x128 (the sin/cos epilogue overlaps the other warpgroup's MMA), raster along N, swizzle 8:
     # 0.98-0.99 x cuBLAS on the LLaMA qkv shapes, cooperative 128x256 1.09-1.24 x (bench/results/fused_h200_*).
     DEFAULT pp_128x128x64_c2x1 n 8
