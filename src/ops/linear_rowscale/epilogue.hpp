@@ -24,7 +24,7 @@ struct RowscaleEpilogue {
     using ElementC = void;
     static constexpr auto kRound = Traits::kRound;
 
-    using Rstd = epilogue::Rstd<typename Traits::TileShape>;
+    using Rstd = epilogue::RstdOf<Traits>;  // read per visit on the 192x128 tile
     using Fusion = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, Rstd,
         cutlass::epilogue::fusion::Sm90AccFetch>;
