@@ -70,12 +70,12 @@ using Gamma = Named<RowVector<TileShape, Element>, GammaName>;
 template <class TileShape>
 using InvFreq = Named<RowVector<TileShape>, InvFreqName>;
 
-/// The rstd leaf of a program on EpilogueTraits: Rstd, or where a thread holds more than 128 accumulators rstd read per
-/// visit (column_vector_ldg.hpp), whose registers Sm90ColBroadcast would keep through the tile (the QK-norm prepass
-/// on the 192x128 tile: 144 -> 116 bytes of spill).
+/// The rstd leaf of a program on EpilogueTraits: Rstd, or where a thread holds more than kAccumulatorsWithRoom
+/// accumulators rstd read per visit (column_vector_ldg.hpp), whose registers Sm90ColBroadcast would keep through the
+/// tile.
 template <class Traits>
-using RstdOf = std::conditional_t<(Traits::kAccumulatorsPerThread > 128), Named<Sm90ColumnVectorLdg, RstdName>,
-                                  Rstd<typename Traits::TileShape>>;
+using RstdOf = std::conditional_t<(Traits::kAccumulatorsPerThread > kAccumulatorsWithRoom),
+                                  Named<Sm90ColumnVectorLdg, RstdName>, Rstd<typename Traits::TileShape>>;
 
 /// u = rstd[m] * acc in fp32 (the input norm's row scale on the GEMM's result, not rounded): the child of the nodes
 /// that work on u (the QK-norm nodes, RopeHeads). Its rstd leaf (Rstd, or a node of the same arguments under

@@ -16,7 +16,6 @@
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 
 #include "epilogue/node_base.hpp"
-#include "epilogue/smem_row_sums.hpp"
 
 namespace coda::epilogue {
 
@@ -48,12 +47,11 @@ struct Sm90ColumnVectorLdg : Sm90StoreOnlyNode {
   Params const* params_ptr = nullptr;
 
   template <class CoordTensor>
-  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params)
-        : tC_cD(cute::forward<CoordTensor>(coords)), params(params) {}
-
-    CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
-    Params const* params;  // read through the pointer: no register copies through the tile
+  struct ConsumerStoreCallbacks : CoordCallbacks<CoordTensor, Params> {
+    using Base = CoordCallbacks<CoordTensor, Params>;
+    using Base::Base;
+    using Base::params;
+    using Base::tC_cD;
 
     template <class ElementAccumulator, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n) {

@@ -8,6 +8,8 @@
 // * line_partition(): the thread's partition of an (M, N, L) layout that is stride 0 along N (kPerRow) or along M,
 //   as Sm90ColReduction / Sm90RowReduction build their register state: make_tensor_like<float> of it (or of one
 //   subtile of it) keeps one register per row / column the thread owns.
+// * fragment_origin(), CoordCallbacks: a visit's first row and column; the callbacks' coordinates and Params.
+// * kAccumulatorsWithRoom: when a program may keep per-tile state in registers beside the accumulators.
 // * lanes_of_warp(): for a consumer-store callback's tiled copy, the (m, n) -> lane layout of one epilogue subtile
 //   and this lane's (m, n) in it (how Sm90RowReduction / Sm90ColReduction find the lanes sharing a row or a column),
 //   with the check that every warp covers the subtile's full width (warps stacked along M, as in the sm90
@@ -78,6 +80,32 @@ CUTLASS_DEVICE auto fragment_coords(Args const& args) {
       cute::make_identity_tensor(cute::make_shape(M, N, L)), args.tile_shape_mnk, args.tile_coord_mnkl, args.epi_tile,
       args.tiled_copy, args.thread_idx);
 }
+
+/// Row r and column c of fragment element 0 of subtile (epi_m, epi_n), from the thread's (CPY, CPY_M, CPY_N, EPI_M,
+/// EPI_N) coordinate partition (sm90_partition_for_epilogue of an identity tensor).
+template <class CoordTensor>
+CUTLASS_DEVICE cute::tuple<int, int> fragment_origin(CoordTensor const& tC_cD, int epi_m, int epi_n) {
+  auto const c = tC_cD(0, 0, 0, epi_m, epi_n);
+  return {static_cast<int>(cute::get<0>(c)), static_cast<int>(cute::get<1>(c))};
+}
+
+/// The consumer-store callbacks' common half of a node that reads, per visit, its fragment's coordinates and its Params
+/// (through the pointer: the constant bank, no register copies through the tile). A node's callbacks derive from it
+/// and add visit().
+template <class CoordTensor, class Params>
+struct CoordCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+  CUTLASS_DEVICE CoordCallbacks(CoordTensor&& coords, Params const* params)
+      : tC_cD(cute::forward<CoordTensor>(coords)), params(params) {}
+
+  CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
+  Params const* params;
+};
+
+/// The most fp32 accumulators per consumer thread that leave registers for per-tile epilogue state kept across visits
+/// (Sm90ColBroadcast's rows, the head-aware nodes' angle cache): the 128x128 pingpong and 128x256 cooperative tiles
+/// hold 128; the 192-accumulator tiles (pingpong 128x192, 192x128) spill such state (the QK-norm prepass on 192x128:
+/// 144 bytes with Sm90ColBroadcast's rstd, 116 with it read per visit).
+inline constexpr int kAccumulatorsWithRoom = 128;
 
 /// {lane_layout_MN, lane_mn}: the subtile's (m, n) -> lane layout and this lane's coordinate in it.
 template <bool ReferenceSrc, class TiledCopy>

@@ -36,7 +36,6 @@
 
 #include "epilogue/node_base.hpp"
 #include "epilogue/rope_pair.hpp"
-#include "epilogue/smem_row_sums.hpp"
 
 namespace coda::epilogue {
 
@@ -171,7 +170,7 @@ struct NarrowSubtiles {
                 "head-aware RoPE node: subtiles that divide the tile and a 64-column group");
   static constexpr int kEpiM = kTileM / kRows;
   static constexpr int kJ = kRows * kEpiN / (4 * kThreads);
-  static constexpr bool kReuseAngles = kTileM * kTileN / kThreads <= 128;
+  static constexpr bool kReuseAngles = kTileM * kTileN / kThreads <= kAccumulatorsWithRoom;
 };
 
 /// Where a narrow-subtile visit lies: rows r and r + 8 of its fragment, its first column c, and the head its columns
@@ -263,12 +262,11 @@ struct Sm90QkNormRope : QkNormRopeNodeBase<QkNormRopeArguments> {
   Params const* params_ptr = nullptr;
 
   template <class CoordTensor>
-  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params)
-        : tC_cD(cute::forward<CoordTensor>(coords)), params(params) {}
-
-    CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
-    Params const* params;  // read through the pointer (constant bank): no register copies through the tile
+  struct ConsumerStoreCallbacks : CoordCallbacks<CoordTensor, Params> {
+    using Base = CoordCallbacks<CoordTensor, Params>;
+    using Base::Base;
+    using Base::params;
+    using Base::tC_cD;
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int epi_m, int epi_n,

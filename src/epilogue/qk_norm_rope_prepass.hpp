@@ -43,7 +43,6 @@
 #include "epilogue/node_base.hpp"
 #include "epilogue/qk_norm_rope.hpp"
 #include "epilogue/rope_pair.hpp"
-#include "epilogue/smem_row_sums.hpp"
 
 namespace coda::epilogue {
 
@@ -126,12 +125,13 @@ struct Sm90QkNormRopePrepass : QkNormRopeNodeBase<QkNormRopePrepassArguments> {
 
   /// kEpiM: the tile's subtiles along M; kEpiN: a subtile's columns; kJ: a thread's column pairs per row per visit.
   template <class CoordTensor, int kEpiM, int kEpiN, int kJ, bool kReuseAngles>
-  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+  struct ConsumerStoreCallbacks : CoordCallbacks<CoordTensor, Params> {
+    using Base = CoordCallbacks<CoordTensor, Params>;
+    using Base::params;
+    using Base::tC_cD;
     CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params, SharedStorage const* smem)
-        : tC_cD(cute::forward<CoordTensor>(coords)), params(params), smem(smem) {}
+        : Base(cute::forward<CoordTensor>(coords), params), smem(smem) {}
 
-    CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
-    Params const* params;  // read through the pointer (constant bank): no register copies through the tile
     SharedStorage const* smem;
     detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos, kReuseAngles> angles;  // see "Angles" above
     // The current head's norm scale of rows r and r + 8, per epi_m: set by the head's first subtile, read by its

@@ -62,12 +62,11 @@ struct Sm90RopeHeads : QkNormRopeNodeBase<RopeHeadsArguments> {
 
   /// kEpiM: the tile's subtiles along M; kEpiN: a subtile's columns; kJ: a thread's column pairs per row per visit.
   template <class CoordTensor, int kEpiM, int kEpiN, int kJ, bool kReuseAngles>
-  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    CUTLASS_DEVICE ConsumerStoreCallbacks(CoordTensor&& coords, Params const* params)
-        : tC_cD(cute::forward<CoordTensor>(coords)), params(params) {}
-
-    CoordTensor tC_cD;     // absolute (m, n, l) of every fragment element, per (epi_m, epi_n)
-    Params const* params;  // read through the pointer (constant bank): no register copies through the tile
+  struct ConsumerStoreCallbacks : CoordCallbacks<CoordTensor, Params> {
+    using Base = CoordCallbacks<CoordTensor, Params>;
+    using Base::Base;
+    using Base::params;
+    using Base::tC_cD;
     detail::HeadAngleCache<kEpiM, kEpiN, kJ, kCacheSinCos, kReuseAngles> angles;
 
     template <class ElementAccumulator, class ElementInput, int FragmentSize>

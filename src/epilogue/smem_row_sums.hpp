@@ -27,14 +27,6 @@
 
 namespace coda::epilogue {
 
-/// Row r and column c of fragment element 0 of subtile (epi_m, epi_n), from the thread's (CPY, CPY_M, CPY_N, EPI_M,
-/// EPI_N) coordinate partition (sm90_partition_for_epilogue of an identity tensor).
-template <class CoordTensor>
-CUTLASS_DEVICE cute::tuple<int, int> fragment_origin(CoordTensor const& tC_cD, int epi_m, int epi_n) {
-  auto const c = tC_cD(0, 0, 0, epi_m, epi_n);
-  return {static_cast<int>(cute::get<0>(c)), static_cast<int>(cute::get<1>(c))};
-}
-
 template <int kTileM, int kThreads>
 struct SmemRowSums {
   /// Subtiles along M of a kTileM-row tile: the sm90 epilogue tile is 64 rows per 128 threads.

@@ -91,7 +91,8 @@ template <class Config, class Element = cutlass::bfloat16_t>
 using RopeKernel = gemm::FusedLinear<
     Config,
     std::conditional_t<(epilogue::detail::CacheSinCos<Config>::value ||
-                        gemm::EpilogueTraits<Config, Element>::kAccumulatorsPerThread > 128),
+                        gemm::EpilogueTraits<Config, Element>::kAccumulatorsPerThread >
+                            epilogue::kAccumulatorsWithRoom),
                        RopeHeadsEpilogue, RopeEpilogue>,
     Element, Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
