@@ -4,10 +4,11 @@
     source .whl/quack-b/quack-env   # quack on PYTHONPATH (../shared/tools/stage-quack)
     ncu --clock-control none --nvtx --nvtx-include "measure/" --set full -o rep \\
         python bench/python/ncu_vs_quack.py --op gemm_gu --config llama3-1B \\
-            --impls "coda:pp_128x192x64_c2x1,quack:pp_128x192_c2x1"
+            --impls "coda:pp_128x192x64_c2x1;quack:pp_128x192_c2x1"
 
---impls names contenders as vs_quack.py builds them: `coda`, `cublas_gemm`, `quack_default`, `coda:<pin>` (a
---coda-pins entry: a config or CODA_*=VALUE) and `quack:<label>` (quack's call with that config pinned).
+--impls names contenders as vs_quack.py builds them, separated by ';' (a pin's knobs hold commas): `coda`,
+`cublas_gemm`, `quack_default`, `coda:<pin>` and `coda_rowscale:<pin>` (a --coda-pins entry: a config with its
+knobs, or CODA_*=VALUE) and `quack:<label>` (quack's call with that config pinned).
 """
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ def main(argv=None):
     p.add_argument("--op", default="gemm_gu", choices=vs_quack.OPS)
     p.add_argument("--config", default="llama3-1B", choices=vs_quack.MODEL_CONFIGS)
     p.add_argument("--tokens", type=int, default=8192)
-    p.add_argument("--impls", default="coda:pp_128x192x64_c2x1,quack:pp_128x192_c2x1")
+    p.add_argument("--impls", default="coda:pp_128x192x64_c2x1;quack:pp_128x192_c2x1",
+                   help="contenders separated by ';'")
     p.add_argument("--warmup", type=int, default=5, help="calls of each contender before the profiled one")
     a = p.parse_args(argv)
-    impls = [s for s in a.impls.split(",") if s]
-    pins = [s.split(":", 1)[1] for s in impls if s.startswith("coda:")]
+    impls = [s.strip() for s in a.impls.split(";") if s.strip()]
+    pins = list(dict.fromkeys(s.split(":", 1)[1] for s in impls if s.startswith(("coda:", "coda_rowscale:"))))
     labels = [s.split(":", 1)[1] for s in impls if s.startswith("quack:")]
     quack = None
     if labels or any(s.startswith("quack") for s in impls):

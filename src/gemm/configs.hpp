@@ -25,6 +25,9 @@ struct Mainloop {
   static constexpr int kTileM = TileM, kTileN = TileN, kTileK = 64;
   static constexpr int kClusterM = ClusterM, kClusterN = ClusterN;
   static constexpr bool kPingpong = Pingpong, kStreamK = StreamK;
+  /// D smem buffers of the epilogue: 0 for the builder's (2); more for programs without a C source
+  /// (gemm::DeepStorePolicy, fused_linear.hpp).
+  static constexpr int kStagesD = 0;
 
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<kTileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -101,6 +104,15 @@ struct Coop128x256x64C2x1Sc : Coop128x256x64C2x1 {
 struct Pp192x128x64C1x2 : Mainloop<192, 128, 1, 2, true, false> {
   static constexpr char const* kName = "pp_192x128x64_c1x2";
   using Scheduler = RaggedPersistentScheduler;
+};
+/// The same mainloop with 3 D store buffers (and 3 for the QK-norm program's z store): two of a tile's TMA stores
+/// drain behind the next subtiles' math, where with the builder's 2 the epilogue waits after every one of the tile's
+/// 12 subtiles until at most one is in flight (quack keeps ~5 in flight on this tile, with 4 mainloop stages). 3 keeps
+/// the QK-norm kernel's 5 mainloop stages (4 buffers each for D and z leave room for 4). Pins of linear_rowscale_rope
+/// and linear_rowscale_qk_norm_rope, to time beside the 2-buffer kernel.
+struct Pp192x128x64C1x2D3 : Pp192x128x64C1x2 {
+  static constexpr char const* kName = "pp_192x128x64_c1x2_d3";
+  static constexpr int kStagesD = 3;
 };
 /// The fp32 wgrad's add-into-D kernel (plain::ReduceAddEpilogue): the same mainloop under its own name.
 struct Pp128x128x64C2x1Radd : Pp128x128x64C2x1 {

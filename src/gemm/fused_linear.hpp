@@ -49,6 +49,9 @@
 
 namespace coda::gemm {
 
+template <class Traits, class ElementC, int kStagesD>
+struct DeepStorePolicyOf;  // below EpilogueTraits
+
 namespace detail {
 
 /// Elements per 16 bytes (the TMA alignment unit); void (no tensor) counts as 16-bit.
@@ -106,6 +109,18 @@ struct HasEpilogueDispatchPolicy : std::false_type {};
 template <class Program>
 struct HasEpilogueDispatchPolicy<Program, std::void_t<typename Program::EpilogueDispatchPolicy>> : std::true_type {};
 
+/// The dispatch policy a program's epilogue is built with when it is not the builder's: the program's own, else
+/// DeepStorePolicy with the config's kStagesD.
+template <class Traits, class Program, class ElementC, bool = HasEpilogueDispatchPolicy<Program>::value>
+struct DispatchPolicyOf {
+  static_assert(Traits::kStagesD == 0, "a config's kStagesD on a program that names its own EpilogueDispatchPolicy");
+  using type = typename Program::EpilogueDispatchPolicy;
+};
+template <class Traits, class Program, class ElementC>
+struct DispatchPolicyOf<Traits, Program, ElementC, false> {
+  using type = typename DeepStorePolicyOf<Traits, ElementC, Traits::kStagesD>::type;
+};
+
 /// The TMA op that writes D: the program's `using StoreOp = ...` (ReduceAddEpilogue's OneLaneTmaReduceAdd), else
 /// the builder's SM90_TMA_STORE.
 using DefaultStoreOp = cute::SM90_TMA_STORE;
@@ -143,10 +158,12 @@ struct WrapCollectiveOf<Program, Built, std::void_t<typename Program::template W
 };
 
 /// CollectiveEpilogue of a program: CUTLASS's builder, or (when the program defines EpilogueDispatchPolicy, an
-/// Sm90TmaWarpSpecialized<StagesC, StagesD, ...>) the builder's implementation with that policy; either with the
-/// program's store op (StoreOpOf) in the S2G slot; wrapped as the program asks (WrapCollectiveOf).
+/// Sm90TmaWarpSpecialized<StagesC, StagesD, ...>, or the config names kStagesD) the builder's implementation with
+/// that policy (DispatchPolicyOf); either with the program's store op (StoreOpOf) in the S2G slot; wrapped as the
+/// program asks (WrapCollectiveOf).
 template <class Config, class Traits, class Program, class ElementC, class LayoutC, int kAlignmentC, class ElementD,
-          class LayoutD, int kAlignmentD, bool = HasEpilogueDispatchPolicy<Program>::value>
+          class LayoutD, int kAlignmentD,
+          bool = HasEpilogueDispatchPolicy<Program>::value || (Traits::kStagesD > 0)>
 struct EpilogueOf {
   using Built = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
@@ -160,7 +177,8 @@ template <class Config, class Traits, class Program, class ElementC, class Layou
 struct EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC, ElementD, LayoutD, kAlignmentD, true> {
   using Built = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
       typename Config::TileShape, typename Traits::EpilogueTile, float, float, ElementC, LayoutC, kAlignmentC, ElementD,
-      LayoutD, kAlignmentD, typename Program::Fusion, typename Program::EpilogueDispatchPolicy>::CollectiveOp;
+      LayoutD, kAlignmentD, typename Program::Fusion,
+      typename DispatchPolicyOf<Traits, Program, ElementC>::type>::CollectiveOp;
   using type =
       typename WrapCollectiveOf<Program, typename ReplaceStoreOp<Built, typename StoreOpOf<Program>::type>::type>::type;
 };
@@ -196,6 +214,8 @@ struct EpilogueTraits {
   /// 128x192 and 192x128 pingpong tiles (the registers an epilogue has left beside them are what it may keep).
   static constexpr int kAccumulatorsPerThread =
       Config::kTileM * Config::kTileN / (Config::kPingpong ? 128 : 256);
+  /// The config's D smem buffers (0: the builder's): FusedLinear builds the epilogue with DeepStorePolicy then.
+  static constexpr int kStagesD = Config::kStagesD;
 };
 
 /// The builder's TMA epilogue policy for (Traits, ElementC) with up to `kStagesD` D smem buffers instead of its 2:
@@ -203,6 +223,7 @@ struct EpilogueTraits {
 /// tile); deeper, the stores of one tile drain behind the next sub-tiles' math (quack keeps up to 5 in flight).
 /// For programs without a C source (ElementC void): nothing else shares the D buffers. A program opts in with
 ///   using EpilogueDispatchPolicy = gemm::DeepStorePolicy<Traits, void, 6>;
+/// a config with `static constexpr int kStagesD = 3;` (pp_192x128x64_c1x2_d3), for every program that names no policy.
 template <class Traits, class ElementC, int kStagesD>
 struct DeepStorePolicyOf {
   static_assert(std::is_void_v<ElementC>, "DeepStorePolicy: programs without a C source only");
@@ -211,12 +232,28 @@ struct DeepStorePolicyOf {
       typename Traits::EpilogueSchedule>;
   static constexpr int kEpiTiles =
       cute::size(cute::shape_div(cute::take<0, 2>(typename Traits::TileShape{}), typename Traits::EpilogueTile{}));
-  using type = cutlass::epilogue::Sm90TmaWarpSpecialized<
-      Builder::StagesC, (kStagesD < kEpiTiles ? kStagesD : kEpiTiles), Builder::DispatchPolicy::FragmentSize,
-      Builder::DispatchPolicy::ReuseSmemC, Builder::DispatchPolicy::DelayTmaStore>;
+  static constexpr int kStages = kStagesD < kEpiTiles ? kStagesD : kEpiTiles;
+  using type = cutlass::epilogue::Sm90TmaWarpSpecialized<Builder::StagesC, kStages, Builder::DispatchPolicy::FragmentSize,
+                                                         Builder::DispatchPolicy::ReuseSmemC,
+                                                         Builder::DispatchPolicy::DelayTmaStore>;
 };
 template <class Traits, class ElementC, int kStagesD>
 using DeepStorePolicy = typename DeepStorePolicyOf<Traits, ElementC, kStagesD>::type;
+
+/// The D store stages of a program's epilogue when the program names no dispatch policy: the config's kStagesD
+/// (DeepStorePolicy), else the builder's. An aux store node (Sm90AuxStore) indexes its smem buffers by the store
+/// iteration modulo its own stage count, while the collective lets StagesD - 1 stores stay in flight: its Stages
+/// must be this.
+template <class Traits, class ElementC, bool = (Traits::kStagesD > 0)>
+struct StoreStagesOf {
+  static constexpr int value = cutlass::epilogue::collective::detail::EpilogueDescriptor<
+      typename Traits::TileShape, typename Traits::EpilogueTile, ElementC, typename Traits::ElementD,
+      typename Traits::EpilogueSchedule>::StagesD;
+};
+template <class Traits, class ElementC>
+struct StoreStagesOf<Traits, ElementC, true> {
+  static constexpr int value = DeepStorePolicyOf<Traits, ElementC, Traits::kStagesD>::kStages;
+};
 
 namespace detail {
 /// Whether an epilogue has `static char const* check_args(Args const&)` (nullptr: accepted; else the rule).

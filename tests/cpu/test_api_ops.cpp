@@ -782,9 +782,12 @@ TEST(Abi, FusedOpConfigs) {
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale", CODA_BF16),
                "coop_128x256x64_c2x1,pp_128x128x64_c2x1,pp_192x128x64_c1x2");
-  // The QK-norm op's configs: 64x128 subtiles (also its fp16 config), and three with the accumulator prepass.
+  // The QK-norm op's configs: 64x128 subtiles (also its fp16 config), and four with the accumulator prepass.
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_BF16),
-               "pp_128x128x64_c2x1_e128,pp_128x128x64_c2x1,coop_128x256x64_c2x1,pp_192x128x64_c1x2");
+               "pp_128x128x64_c2x1_e128,pp_128x128x64_c2x1,coop_128x256x64_c2x1,pp_192x128x64_c1x2,"
+               "pp_192x128x64_c1x2_d3");
+  EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_rope", CODA_BF16),
+               "pp_128x128x64_c2x1,coop_128x256x64_c2x1_sc,pp_192x128x64_c1x2,pp_192x128x64_c1x2_d3");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_FP16), "pp_128x128x64_c2x1_e128");
   EXPECT_EQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_FP32), nullptr);
   EXPECT_EQ(coda_fused_op_configs("gemm", CODA_BF16), nullptr);
@@ -1037,7 +1040,7 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
   Case const cases[] = {
       // linear_rowscale: pingpong 128x128, raster N, swizzle 8 from N = 16384, else 4.
       {"linear_rowscale", CODA_BF16, 8192, 28672, 4096, pp_n8.c_str()},
-      {"linear_rowscale", CODA_BF16, 8192, 3072, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
+      {"linear_rowscale", CODA_BF16, 8192, 3072, 2048, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
       {"coda_linear_rowscale", CODA_FP16, 8192, 28672, 4096, pp_n8.c_str()},
       // linear_residual_rmsnorm: out-projection (K <= 2N) pingpong raster N; down-projection at M >= 4096 or
       // K >= 16384 cooperative.
@@ -1063,13 +1066,20 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_rowscale", CODA_BF16, 8192, 16383, 4096, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
       {"linear_rowscale", CODA_BF16, 4096, 10240, 8192, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
       {"linear_rowscale", CODA_BF16, 4095, 10240, 8192, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
-      {"linear_rowscale", CODA_BF16, 8192, 6144, 4095, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
+      {"linear_rowscale", CODA_BF16, 8192, 6144, 4095, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
+      {"linear_rowscale", CODA_BF16, 8192, 10240, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},  // N > 8192
+      {"linear_rowscale", CODA_BF16, 4095, 3072, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
+      {"linear_rowscale", CODA_FP16, 8192, 3072, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
       {"linear_rowscale", CODA_FP16, 8192, 6144, 4096, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
-      // linear_rowscale_rope: pingpong 128x128 raster N; the cooperative _sc kernel raster M from K = 4096 and
-      // M = 4096 (bf16).
+      // linear_rowscale_rope: the cooperative _sc kernel raster M from K = 4096 and M = 4096 (bf16), else pingpong
+      // 192x128 (cluster 1x2, ragged scheduler: swizzle as given) raster M from M = 4096, else pingpong 128x128
+      // raster N.
       {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4096, "coop_128x256x64_c2x1_sc:raster=m,swizzle=8"},
-      {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4095, pp_n8.c_str()},
-      {"linear_rowscale_rope", CODA_BF16, 8192, 3072, 2048, pp_n8.c_str()},
+      {"linear_rowscale_rope", CODA_BF16, 8192, 6144, 4095, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
+      {"linear_rowscale_rope", CODA_BF16, 8192, 3072, 2048, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
+      {"linear_rowscale_rope", CODA_BF16, 4096, 6144, 2560, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
+      {"linear_rowscale_rope", CODA_BF16, 4095, 3072, 2048, pp_n8.c_str()},
+      {"linear_rowscale_rope", CODA_FP16, 8192, 3072, 2048, pp_n8.c_str()},
       {"linear_rowscale_rope", CODA_BF16, 8192, 10240, 8192, "coop_128x256x64_c2x1_sc:raster=m,swizzle=8"},
       {"linear_rowscale_rope", CODA_BF16, 8192, 7168, 5120, "coop_128x256x64_c2x1_sc:raster=m,swizzle=4"},
       {"linear_rowscale_rope", CODA_BF16, 4095, 10240, 8192, pp_n8.c_str()},

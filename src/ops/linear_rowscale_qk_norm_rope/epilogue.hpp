@@ -47,7 +47,12 @@ struct QkNormRopeEpilogueT {
 
     using Descriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
         TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
-    using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
+    /// z's smem buffers: as many as D's (a config's kStagesD deepens both; the collective lets StagesD - 1 stores
+    /// stay in flight, and the aux node reuses its buffer store_iteration % Stages).
+    struct ZDescriptor : Descriptor {
+      static constexpr int StagesD = gemm::StoreStagesOf<Traits, ElementC>::value;
+    };
+    using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<ZDescriptor, cutlass::layout::RowMajor,
                                                                               ElementD>;
     using Config = typename Traits::Config;
     using Rstd = epilogue::RstdOf<Traits>;  // read per visit on the 192x128 tile

@@ -21,11 +21,14 @@
 # linear_rowscale_rope's).
 coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm_rope_kernels LAYOUT fwd
   KERNEL QkNormRopeKernel BF16 pp_128x128x64_c2x1_e128 pp_128x128x64_c2x1 coop_128x256x64_c2x1 pp_192x128x64_c1x2
+    pp_192x128x64_c1x2_d3
     FP16 pp_128x128x64_c2x1_e128
     # pp_192x128x64_c1x2: 116 bytes of spill stores (144 with Sm90ColBroadcast's rstd; SASS: about seven words stored
     # and reloaded around the tile's first epilogue visit, where all 192 accumulators are still live, and one reload
     # per k-step).
     ACCEPT_SPILL pp_192x128x64_c1x2 116
+    # pp_192x128x64_c1x2_d3 (a pin): 3 D and 3 z store buffers, 5 mainloop stages as above; 112 bytes of spill stores.
+    ACCEPT_SPILL pp_192x128x64_c1x2_d3 112
     DEFAULT pp_128x128x64_c2x1_e128 n 8
     RULE "K >= 8192 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 8192: cooperative 128x256 (f4qk runs 5-7)"
     # Below d = 8192 at M >= 4096: the prepass on pingpong 192x128, cluster 1x2 (quack's qk_rope tile), raster M.
