@@ -25,8 +25,8 @@ struct Mainloop {
   static constexpr int kTileM = TileM, kTileN = TileN, kTileK = 64;
   static constexpr int kClusterM = ClusterM, kClusterN = ClusterN;
   static constexpr bool kPingpong = Pingpong, kStreamK = StreamK;
-  /// D smem buffers of the epilogue: 0 for the builder's (2); more for programs without a C source
-  /// (gemm::DeepStorePolicy, fused_linear.hpp).
+  /// D smem buffers of the epilogue: 0 for the builder's (2); more for programs without a C source and their own
+  /// policy (gemm::DeepStorePolicy, fused_linear.hpp). pp_128x192x64_c2x1_d6's 6 come from its program instead.
   static constexpr int kStagesD = 0;
 
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<kTileK>>;
@@ -100,7 +100,8 @@ struct Coop128x256x64C2x1Sc : Coop128x256x64C2x1 {
 /// Pingpong 192x128 (192 fp32 accumulators per consumer thread, three m64 GMMA blocks per warpgroup) on a 2-CTA cluster
 /// along N (the A tile multicast): quack's fastest qk_rope tile at Qwen3-4B to llama3-70B (pp_192x128_c1x2,
 /// 0.98-1.04x cuBLAS on an H100, bench/results/vs_quack/qk_192/). 128 columns hold whole heads of 64 and 128, as the
-/// head-aware nodes need. 8192 / 192 leaves a partial M tile: the ragged scheduler (no swizzle padding) as for the 128x192 tile.
+/// head-aware nodes need. 8192 / 192 leaves a partial M tile: the ragged scheduler (no swizzle padding) as for the
+/// 128x192 tile.
 struct Pp192x128x64C1x2 : Mainloop<192, 128, 1, 2, true, false> {
   static constexpr char const* kName = "pp_192x128x64_c1x2";
   using Scheduler = RaggedPersistentScheduler;

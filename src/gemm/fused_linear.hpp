@@ -50,7 +50,7 @@
 namespace coda::gemm {
 
 template <class Traits, class ElementC, int kStagesD>
-struct DeepStorePolicyOf;  // below EpilogueTraits
+struct DeepStorePolicyOf;  // defined below EpilogueTraits; detail::DispatchPolicyOf names it first
 
 namespace detail {
 
@@ -233,17 +233,18 @@ struct DeepStorePolicyOf {
   static constexpr int kEpiTiles =
       cute::size(cute::shape_div(cute::take<0, 2>(typename Traits::TileShape{}), typename Traits::EpilogueTile{}));
   static constexpr int kStages = kStagesD < kEpiTiles ? kStagesD : kEpiTiles;
-  using type = cutlass::epilogue::Sm90TmaWarpSpecialized<Builder::StagesC, kStages, Builder::DispatchPolicy::FragmentSize,
-                                                         Builder::DispatchPolicy::ReuseSmemC,
-                                                         Builder::DispatchPolicy::DelayTmaStore>;
+  using type =
+      cutlass::epilogue::Sm90TmaWarpSpecialized<Builder::StagesC, kStages, Builder::DispatchPolicy::FragmentSize,
+                                                Builder::DispatchPolicy::ReuseSmemC,
+                                                Builder::DispatchPolicy::DelayTmaStore>;
 };
 template <class Traits, class ElementC, int kStagesD>
 using DeepStorePolicy = typename DeepStorePolicyOf<Traits, ElementC, kStagesD>::type;
 
 /// The D store stages of a program's epilogue when the program names no dispatch policy: the config's kStagesD
 /// (DeepStorePolicy), else the builder's. An aux store node (Sm90AuxStore) indexes its smem buffers by the store
-/// iteration modulo its own stage count, while the collective lets StagesD - 1 stores stay in flight: its Stages
-/// must be this.
+/// iteration modulo its own stage count, while the collective lets StagesD - 1 stores stay in flight: the node's
+/// Stages must be at least this (the QK-norm program's z store takes it).
 template <class Traits, class ElementC, bool = (Traits::kStagesD > 0)>
 struct StoreStagesOf {
   static constexpr int value = cutlass::epilogue::collective::detail::EpilogueDescriptor<
@@ -260,7 +261,8 @@ namespace detail {
 template <class Epilogue, class = void>
 struct HasCheckArgs : std::false_type {};
 template <class Epilogue>
-struct HasCheckArgs<Epilogue, std::void_t<decltype(Epilogue::check_args(std::declval<typename Epilogue::Args const&>()))>>
+struct HasCheckArgs<Epilogue,
+                    std::void_t<decltype(Epilogue::check_args(std::declval<typename Epilogue::Args const&>()))>>
     : std::true_type {};
 }  // namespace detail
 
@@ -283,7 +285,8 @@ struct FusedLinear {
   static constexpr int kAlignmentC = std::is_void_v<ElementC> ? kAlignmentD : detail::alignment16<ElementC>();
 
   // The builder's epilogue, unless the program names its own dispatch policy (fewer C/D smem stages, so that a
-  // long-K cooperative kernel keeps more mainloop stages): then the builder's implementation with that policy.
+  // long-K cooperative kernel keeps more mainloop stages) or the config its kStagesD (more D stages): then the
+  // builder's implementation with that policy.
   using CollectiveEpilogue = typename detail::EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC,
                                                          ElementD, LayoutD, kAlignmentD>::type;
   /// D += the tile through TMA reduce-add (the program's StoreOp): the kernel adds into D in place.

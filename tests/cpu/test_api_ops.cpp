@@ -1038,7 +1038,9 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
   std::string const pp_n8 = std::string(pp) + ":raster=n,swizzle=8";
   std::string const coop_n8 = "coop_128x256x64_c2x1:raster=n,swizzle=8";
   Case const cases[] = {
-      // linear_rowscale: pingpong 128x128, raster N, swizzle 8 from N = 16384, else 4.
+      // linear_rowscale: pingpong 128x128, raster N, swizzle 8 from N = 16384, else 4; below (ordered as the rules)
+      // cooperative 128x256 raster M from K = 4096 and M = 4096, then pingpong 192x128 raster M from M = 4096 up to
+      // N = 8192 (bf16).
       {"linear_rowscale", CODA_BF16, 8192, 28672, 4096, pp_n8.c_str()},
       {"linear_rowscale", CODA_BF16, 8192, 3072, 2048, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
       {"coda_linear_rowscale", CODA_FP16, 8192, 28672, 4096, pp_n8.c_str()},
@@ -1062,11 +1064,13 @@ TEST(Abi, FusedOpChoiceFollowsEachOpsTilePolicy) {
       {"linear_rowscale_swiglu", CODA_BF16, 8192, 57344, 8191, "pp_128x192x64_c2x1:raster=n,swizzle=8"},
       {"linear_rowscale", CODA_BF16, 8192, 16383, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
       {"linear_rowscale", CODA_BF16, 8192, 16384, 4096, pp_n8.c_str()},
-      // linear_rowscale below N = 16384: cooperative 128x256 raster M from K = 4096 and M = 4096 (bf16).
+      // linear_rowscale below N = 16384: cooperative 128x256 raster M from K = 4096 and M = 4096 (bf16), else
+      // pingpong 192x128 raster M from M = 4096 up to N = 8192.
       {"linear_rowscale", CODA_BF16, 8192, 16383, 4096, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
       {"linear_rowscale", CODA_BF16, 4096, 10240, 8192, "coop_128x256x64_c2x1:raster=m,swizzle=8"},
       {"linear_rowscale", CODA_BF16, 4095, 10240, 8192, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
       {"linear_rowscale", CODA_BF16, 8192, 6144, 4095, "pp_192x128x64_c1x2:raster=m,swizzle=8"},
+      {"linear_rowscale", CODA_BF16, 8192, 8192, 2048, "pp_192x128x64_c1x2:raster=m,swizzle=8"},   // N == 8192
       {"linear_rowscale", CODA_BF16, 8192, 10240, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},  // N > 8192
       {"linear_rowscale", CODA_BF16, 4095, 3072, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},
       {"linear_rowscale", CODA_FP16, 8192, 3072, 2048, "pp_128x128x64_c2x1:raster=n,swizzle=4"},

@@ -1,6 +1,6 @@
 # coda_linear_rowscale_qk_norm_rope: its kernels and tile policy (src/ops/registry.cmake says what this generates).
 # pp_128x128x64_c2x1_e128 (the DEFAULT below M = 4096, and fp16's one config): 64 x 128 subtiles, a whole 128-column N
-# tile per visit (Sm90QkNormRope); raster N, swizzle 8 as linear_rowscale_rope's pingpong 128x128. The other three run
+# tile per visit (Sm90QkNormRope); raster N, swizzle 8 as linear_rowscale_rope's pingpong 128x128. The other four run
 # the prepass program (the heads' sums taken over the accumulators before the subtile loop, epilogue.hpp).
 # Under sustained load, time / cuBLAS:
 # - pp_192x128x64_c1x2 (64 x 32 subtiles, 192 accumulators per thread: rstd read per visit and no angle reuse across
@@ -27,7 +27,8 @@ coda_fused_op(linear_rowscale_qk_norm_rope ARGS QkNormRopeArgs NAMESPACE qk_norm
     # and reloaded around the tile's first epilogue visit, where all 192 accumulators are still live, and one reload
     # per k-step).
     ACCEPT_SPILL pp_192x128x64_c1x2 116
-    # pp_192x128x64_c1x2_d3 (a pin): 3 D and 3 z store buffers, 5 mainloop stages as above; 112 bytes of spill stores.
+    # pp_192x128x64_c1x2_d3 (a pin; gemm/configs.hpp): 3 D and 3 z store buffers, 5 mainloop stages as
+    # pp_192x128x64_c1x2's; 112 bytes of spill stores.
     ACCEPT_SPILL pp_192x128x64_c1x2_d3 112
     DEFAULT pp_128x128x64_c2x1_e128 n 8
     RULE "K >= 8192 && M >= 4096" coop_128x256x64_c2x1 m 8 "d >= 8192: cooperative 128x256 (f4qk runs 5-7)"

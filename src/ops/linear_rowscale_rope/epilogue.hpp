@@ -49,7 +49,7 @@ struct RopeEpilogue {
 };
 
 /// The head-aware program, for configs that name kCacheSinCos (coop_128x256x64_c2x1_sc, the op's pick from d = 4096)
-/// and tiles of more than 128 accumulators per thread (the pp_192x128x64_c1x2 pin):
+/// and tiles of more than 128 accumulators per thread (pp_192x128x64_c1x2, the op's pick below d = 4096):
 ///   D = RopeHeads(multiplies(acc, rstd))      rstd: ColBroadcast, or read per visit on the 192x128 tile (RstdOf)
 /// the same values as RopeEpilogue's (but for zero frequencies in q/k heads: rope_heads.hpp); on the _sc config the
 /// tile's first q/k head's sin and cos serve its later heads. The node reads the caller's [head_dim / 2] inv_freq, not
