@@ -109,8 +109,8 @@ struct Pp192x128x64C1x2 : Mainloop<192, 128, 1, 2, true, false> {
 /// The same mainloop with 3 D store buffers (and 3 for the QK-norm program's z store): two of a tile's TMA stores
 /// drain behind the next subtiles' math, where with the builder's 2 the epilogue waits after every one of the tile's
 /// 12 subtiles until at most one is in flight (quack keeps ~5 in flight on this tile, with 4 mainloop stages). 3 keeps
-/// the QK-norm kernel's 5 mainloop stages (4 buffers each for D and z leave room for 4). Pins of linear_rowscale_rope
-/// and linear_rowscale_qk_norm_rope, to time beside the 2-buffer kernel.
+/// the QK-norm kernel's 5 mainloop stages (4 buffers each for D and z leave room for 4). Pins of linear_rowscale_rope,
+/// linear_rowscale_qk_norm_rope and linear_rowscale, to time beside the 2-buffer kernel.
 struct Pp192x128x64C1x2D3 : Pp192x128x64C1x2 {
   static constexpr char const* kName = "pp_192x128x64_c1x2_d3";
   static constexpr int kStagesD = 3;

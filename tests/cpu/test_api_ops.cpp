@@ -781,7 +781,7 @@ TEST(Abi, FusedOpConfigs) {
                "pp_128x128x64_c2x1,pp_128x192x64_c2x1_e16,pp_128x192x64_c2x1_e16h");
   EXPECT_STREQ(coda_fused_op_configs("linear_swiglu_bwd_zdz", CODA_FP16), "pp_128x128x64_c2x1");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale", CODA_BF16),
-               "coop_128x256x64_c2x1,pp_128x128x64_c2x1,pp_192x128x64_c1x2");
+               "coop_128x256x64_c2x1,pp_128x128x64_c2x1,pp_192x128x64_c1x2,pp_192x128x64_c1x2_d3");
   // The QK-norm op's configs: 64x128 subtiles (also its fp16 config), and four with the accumulator prepass.
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_BF16),
                "pp_128x128x64_c2x1_e128,pp_128x128x64_c2x1,coop_128x256x64_c2x1,pp_192x128x64_c1x2,"

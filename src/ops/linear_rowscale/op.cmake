@@ -1,6 +1,9 @@
 # coda_linear_rowscale: its kernels and tile policy (src/ops/registry.cmake says what this generates).
 coda_fused_op(linear_rowscale ARGS RowscaleArgs NAMESPACE rowscale_kernels LAYOUT fwd
-  KERNEL RowscaleKernel BF16 coop_128x256x64_c2x1 pp_128x128x64_c2x1 pp_192x128x64_c1x2 FP16 pp_128x128x64_c2x1
+  KERNEL RowscaleKernel BF16 coop_128x256x64_c2x1 pp_128x128x64_c2x1 pp_192x128x64_c1x2 pp_192x128x64_c1x2_d3
+    FP16 pp_128x128x64_c2x1
+    # pp_192x128x64_c1x2_d3: a pin (3 D store buffers; gemm/configs.hpp), the row-scaled GEMM alone beside the RoPE
+    # and QK-norm ops' d3 pins (vs_quack's coda_rowscale:<pin> rows).
     # Pingpong 128x128, raster along N: 0.92-1.00 x cuBLAS on the LLaMA shapes (bench/results/fused_h200_*).
     DEFAULT pp_128x128x64_c2x1 n 4
     RULE "N >= 16384" pp_128x128x64_c2x1 n 8 "wide N (gate/up, LM head): swizzle 8"
