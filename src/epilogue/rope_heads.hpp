@@ -13,10 +13,10 @@
 // (pingpong 192x128) there are no registers for the cache: each visit takes its own angles
 // (NarrowSubtiles::kReuseAngles).
 //
-// Requirements (checked by can_implement and the op's validation): narrow subtiles (at most 64 columns; 16 fragment
-// elements per thread per visit: 64 x 32 pingpong, 128 x 32 cooperative), an N tile that is a multiple of 128 (the
-// tile's N origin falls on a head boundary); head_dim 64 or 128; inv_freq [head_dim / 2] fp32; positions [M] int32,
-// 0 <= pos < 2^24. Host reference of the semantics: rope_pair_reference() per pair.
+// Requirements (checked by can_implement and the op's validation): narrow subtiles (at most 64 columns: 64 x 32 and
+// 64 x 64 pingpong, 128 x 32 cooperative; 16 or 32 fragment elements per thread per visit), an N tile that is a
+// multiple of 128 (the tile's N origin falls on a head boundary); head_dim 64 or 128; inv_freq [head_dim / 2] fp32;
+// positions [M] int32, 0 <= pos < 2^24. Host reference of the semantics: rope_pair_reference() per pair.
 #pragma once
 
 #include <cstdint>

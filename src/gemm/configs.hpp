@@ -115,6 +115,19 @@ struct Pp192x128x64C1x2D3 : Pp192x128x64C1x2 {
   static constexpr char const* kName = "pp_192x128x64_c1x2_d3";
   static constexpr int kStagesD = 3;
 };
+/// The same mainloop with 64x64 epilogue subtiles: 6 visits per tile instead of EpilogueTileAuto's 12 at 64x32, so half
+/// the epilogue's named barriers, TMA stores and store waits, for 32 accumulator elements per thread per visit.
+/// linear_rowscale_rope's head-aware program fits it without spill (5 mainloop stages); the QK-norm program would spill
+/// 220 bytes and drop to 4 stages (D and z at 8 KB a buffer), so it does not compile it. A pin of linear_rowscale_rope.
+struct Pp192x128x64C1x2E64 : Pp192x128x64C1x2 {
+  static constexpr char const* kName = "pp_192x128x64_c1x2_e64";
+  using EpilogueTile = cute::Shape<cute::_64, cute::_64>;
+};
+/// The 64x64 subtiles with 3 D store buffers (24 KB; 5 mainloop stages kept): a pin of linear_rowscale_rope.
+struct Pp192x128x64C1x2E64D3 : Pp192x128x64C1x2E64 {
+  static constexpr char const* kName = "pp_192x128x64_c1x2_e64_d3";
+  static constexpr int kStagesD = 3;
+};
 /// The fp32 wgrad's add-into-D kernel (plain::ReduceAddEpilogue): the same mainloop under its own name.
 struct Pp128x128x64C2x1Radd : Pp128x128x64C2x1 {
   static constexpr char const* kName = "pp_128x128x64_c2x1_radd";

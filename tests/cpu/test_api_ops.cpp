@@ -787,7 +787,8 @@ TEST(Abi, FusedOpConfigs) {
                "pp_128x128x64_c2x1_e128,pp_128x128x64_c2x1,coop_128x256x64_c2x1,pp_192x128x64_c1x2,"
                "pp_192x128x64_c1x2_d3");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_rope", CODA_BF16),
-               "pp_128x128x64_c2x1,coop_128x256x64_c2x1_sc,pp_192x128x64_c1x2,pp_192x128x64_c1x2_d3");
+               "pp_128x128x64_c2x1,coop_128x256x64_c2x1_sc,pp_192x128x64_c1x2,pp_192x128x64_c1x2_d3,"
+               "pp_192x128x64_c1x2_e64,pp_192x128x64_c1x2_e64_d3");
   EXPECT_STREQ(coda_fused_op_configs("linear_rowscale_qk_norm_rope", CODA_FP16), "pp_128x128x64_c2x1_e128");
   EXPECT_EQ(coda_fused_op_configs("linear_rowscale_swiglu", CODA_FP32), nullptr);
   EXPECT_EQ(coda_fused_op_configs("gemm", CODA_BF16), nullptr);

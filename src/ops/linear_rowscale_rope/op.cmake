@@ -1,8 +1,10 @@
 # coda_linear_rowscale_rope: its kernels and tile policy (src/ops/registry.cmake says what this generates).
 coda_fused_op(linear_rowscale_rope ARGS RopeArgs NAMESPACE rope_kernels LAYOUT fwd
   KERNEL RopeKernel BF16 pp_128x128x64_c2x1 coop_128x256x64_c2x1_sc pp_192x128x64_c1x2 pp_192x128x64_c1x2_d3
+    pp_192x128x64_c1x2_e64 pp_192x128x64_c1x2_e64_d3
     FP16 pp_128x128x64_c2x1
-    # pp_192x128x64_c1x2_d3: a pin (3 D store buffers; gemm/configs.hpp), 0 spill.
+    # Pins of pingpong 192x128 c1x2 (gemm/configs.hpp), each without spill and with 5 mainloop stages: _d3 (3 D store
+    # buffers), _e64 (64x64 subtiles: 6 visits per tile instead of 12), _e64_d3 (both). Not yet timed.
     # The functor program on coop_128x256x64_c2x1 is no longer compiled: the _sc kernel replaced it from d = 4096
     # (1.01x cuBLAS at llama3-70B where it ran 1.03x, H100, qk_angle_reuse/), and no rule picked it since.
     # coop_128x256x64_c2x1_sc: 32 bytes of spill stores, an 8-byte frame (two words across the k-loop).
