@@ -109,6 +109,19 @@ struct HasEpilogueDispatchPolicy : std::false_type {};
 template <class Program>
 struct HasEpilogueDispatchPolicy<Program, std::void_t<typename Program::EpilogueDispatchPolicy>> : std::true_type {};
 
+/// A collective's D stages, read from its (public) DispatchPolicy: the sm90 TMA epilogues', else -1.
+template <class Policy>
+struct PolicyStagesD : std::integral_constant<int, -1> {};
+template <int kStagesC, int kStagesD, int kFragmentSize, bool kReuseSmemC, bool kDelayTmaStore>
+struct PolicyStagesD<
+    cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, kStagesD, kFragmentSize, kReuseSmemC, kDelayTmaStore>>
+    : std::integral_constant<int, kStagesD> {};
+template <class Collective, class = void>
+struct CollectiveStagesD : std::integral_constant<int, -1> {};
+template <class Collective>
+struct CollectiveStagesD<Collective, std::void_t<typename Collective::DispatchPolicy>>
+    : PolicyStagesD<typename Collective::DispatchPolicy> {};
+
 /// The dispatch policy a program's epilogue is built with when it is not the builder's: the program's own, else
 /// DeepStorePolicy with the config's kStagesD.
 template <class Traits, class Program, class ElementC, bool = HasEpilogueDispatchPolicy<Program>::value>
@@ -289,6 +302,12 @@ struct FusedLinear {
   // builder's implementation with that policy.
   using CollectiveEpilogue = typename detail::EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC,
                                                          ElementD, LayoutD, kAlignmentD>::type;
+  // A program's aux store nodes size their smem buffers by StoreStagesOf (the QK-norm program's z): fewer than the
+  // collective's D stages would let a buffer be rewritten while its TMA store still reads it.
+  static_assert(detail::HasEpilogueDispatchPolicy<Program>::value ||
+                    detail::CollectiveStagesD<CollectiveEpilogue>::value < 0 ||
+                    detail::CollectiveStagesD<CollectiveEpilogue>::value == StoreStagesOf<Traits, ElementC>::value,
+                "StoreStagesOf differs from the collective's StagesD");
   /// D += the tile through TMA reduce-add (the program's StoreOp): the kernel adds into D in place.
   static constexpr bool kReduceAdd =
       std::is_base_of_v<cute::SM90_TMA_REDUCE_ADD, typename detail::StoreOpOf<Program>::type>;
