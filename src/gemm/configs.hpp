@@ -25,8 +25,8 @@ struct Mainloop {
   static constexpr int kTileM = TileM, kTileN = TileN, kTileK = 64;
   static constexpr int kClusterM = ClusterM, kClusterN = ClusterN;
   static constexpr bool kPingpong = Pingpong, kStreamK = StreamK;
-  /// D smem buffers of the epilogue: 0 for the builder's (2); more for programs without a C source and their own
-  /// policy (gemm::DeepStorePolicy, fused_linear.hpp). pp_128x192x64_c2x1_d6's 6 come from its program instead.
+  /// D smem buffers of the epilogue: 0 for the builder's (2); more for programs without a C source that name no
+  /// policy of their own (gemm::DeepStorePolicy, fused_linear.hpp). pp_128x192x64_c2x1_d6's 6 come from its program.
   static constexpr int kStagesD = 0;
 
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<kTileK>>;

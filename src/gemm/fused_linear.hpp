@@ -109,18 +109,14 @@ struct HasEpilogueDispatchPolicy : std::false_type {};
 template <class Program>
 struct HasEpilogueDispatchPolicy<Program, std::void_t<typename Program::EpilogueDispatchPolicy>> : std::true_type {};
 
-/// A collective's D stages, read from its (public) DispatchPolicy: the sm90 TMA epilogues', else -1.
+/// The D stages of an sm90 TMA epilogue's dispatch policy (every FusedLinear collective has one; the collective's own
+/// StagesD is private). Undefined for any other policy, so that the check below cannot pass unread.
 template <class Policy>
-struct PolicyStagesD : std::integral_constant<int, -1> {};
+struct PolicyStagesD;
 template <int kStagesC, int kStagesD, int kFragmentSize, bool kReuseSmemC, bool kDelayTmaStore>
 struct PolicyStagesD<
     cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, kStagesD, kFragmentSize, kReuseSmemC, kDelayTmaStore>>
     : std::integral_constant<int, kStagesD> {};
-template <class Collective, class = void>
-struct CollectiveStagesD : std::integral_constant<int, -1> {};
-template <class Collective>
-struct CollectiveStagesD<Collective, std::void_t<typename Collective::DispatchPolicy>>
-    : PolicyStagesD<typename Collective::DispatchPolicy> {};
 
 /// The dispatch policy a program's epilogue is built with when it is not the builder's: the program's own, else
 /// DeepStorePolicy with the config's kStagesD.
@@ -269,6 +265,18 @@ struct StoreStagesOf<Traits, ElementC, true> {
   static constexpr int value = DeepStorePolicyOf<Traits, ElementC, Traits::kStagesD>::kStages;
 };
 
+/// CUTLASS's EpilogueDescriptor for a program's aux load / store descriptors (AuxStoreDescriptor & co.), with StagesD
+/// the collective's (StoreStagesOf) for programs that name no dispatch policy: an aux store built from it keeps as
+/// many buffers as the D stores it shares the store pipeline with, whatever the config's kStagesD.
+template <class Traits, class ElementC>
+struct EpilogueDescriptorOf
+    : cutlass::epilogue::collective::detail::EpilogueDescriptor<typename Traits::TileShape,
+                                                                typename Traits::EpilogueTile, ElementC,
+                                                                typename Traits::ElementD,
+                                                                typename Traits::EpilogueSchedule> {
+  static constexpr int StagesD = StoreStagesOf<Traits, ElementC>::value;
+};
+
 namespace detail {
 /// Whether an epilogue has `static char const* check_args(Args const&)` (nullptr: accepted; else the rule).
 template <class Epilogue, class = void>
@@ -302,11 +310,11 @@ struct FusedLinear {
   // builder's implementation with that policy.
   using CollectiveEpilogue = typename detail::EpilogueOf<Config, Traits, Program, ElementC, LayoutC, kAlignmentC,
                                                          ElementD, LayoutD, kAlignmentD>::type;
-  // A program's aux store nodes size their smem buffers by StoreStagesOf (the QK-norm program's z): fewer than the
+  // A program's aux store nodes size their smem buffers by StoreStagesOf (EpilogueDescriptorOf): fewer than the
   // collective's D stages would let a buffer be rewritten while its TMA store still reads it.
   static_assert(detail::HasEpilogueDispatchPolicy<Program>::value ||
-                    detail::CollectiveStagesD<CollectiveEpilogue>::value < 0 ||
-                    detail::CollectiveStagesD<CollectiveEpilogue>::value == StoreStagesOf<Traits, ElementC>::value,
+                    detail::PolicyStagesD<typename CollectiveEpilogue::DispatchPolicy>::value ==
+                        StoreStagesOf<Traits, ElementC>::value,
                 "StoreStagesOf differs from the collective's StagesD");
   /// D += the tile through TMA reduce-add (the program's StoreOp): the kernel adds into D in place.
   static constexpr bool kReduceAdd =

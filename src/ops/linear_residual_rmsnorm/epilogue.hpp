@@ -38,10 +38,8 @@ struct ResidualRmsnormEpilogue {
         cutlass::epilogue::fusion::Sm90AccFetch, cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>>;
 
     // h = R(x * gamma), stored through its own TMA store (same stages/smem atom as D would use)
-    using Descriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
-        TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
-    using HStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<Descriptor, cutlass::layout::RowMajor,
-                                                                              ElementD>;
+    using HStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<
+        gemm::EpilogueDescriptorOf<Traits, ElementC>, cutlass::layout::RowMajor, ElementD>;
     using Gamma = epilogue::Gamma<TileShape, ElementD>;
     using HStoreNode =
         cutlass::epilogue::fusion::Sm90AuxStore<HStore::Stages, typename HStore::EpilogueTile, ElementD, kRound,

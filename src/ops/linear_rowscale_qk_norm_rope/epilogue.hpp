@@ -45,15 +45,9 @@ struct QkNormRopeEpilogueT {
     static_assert(kPrepass || cute::size<1>(typename Traits::EpilogueTile{}) == 128,
                   "QK-norm: a 64 x 128 epilogue subtile, or the prepass");
 
-    using Descriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
-        TileShape, typename Traits::EpilogueTile, ElementC, ElementD, typename Traits::EpilogueSchedule>;
-    /// z's smem buffers: as many as D's (a config's kStagesD deepens both; the collective lets StagesD - 1 stores
-    /// stay in flight, and the aux node reuses its buffer store_iteration % Stages).
-    struct ZDescriptor : Descriptor {
-      static constexpr int StagesD = gemm::StoreStagesOf<Traits, ElementC>::value;
-    };
-    using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<ZDescriptor, cutlass::layout::RowMajor,
-                                                                              ElementD>;
+    // z's smem buffers: as many as D's (EpilogueDescriptorOf), with a config's kStagesD too.
+    using ZStore = cutlass::epilogue::collective::detail::AuxStoreDescriptor<
+        gemm::EpilogueDescriptorOf<Traits, ElementC>, cutlass::layout::RowMajor, ElementD>;
     using Config = typename Traits::Config;
     using Rstd = epilogue::RstdOf<Traits>;  // read per visit on the 192x128 tile
     using U = epilogue::RowScaledAcc<TileShape, kRound, Rstd>;
